@@ -1,0 +1,181 @@
+"""Columnar tuple batches: the unit every stage consumes and produces.
+
+A batch holds many tuples as parallel numpy columns, so that per-tuple work happens in numpy or
+numba and Python runs once per batch. Besides the user's fields a batch carries a sign per tuple
+(+1 insert, -1 delete, for the delta streams of windows and joins), an event timestamp in
+milliseconds, and optionally the Kafka key of each tuple's source record.
+
+Variable-length values (Avro ``string`` and ``bytes``) live in :class:`VarColumn`, an
+Arrow-style pair of offsets and one flat byte buffer, so that they too move without per-value
+Python objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+INSERT = 1
+DELETE = -1
+
+
+@dataclass(slots=True)
+class VarColumn:
+    """Variable-length binary/UTF-8 values: value i is ``data[offsets[i]:offsets[i+1]]``."""
+
+    offsets: np.ndarray  # int64, length n + 1, offsets[0] == 0
+    data: np.ndarray  # uint8
+    utf8: bool = True
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @classmethod
+    def from_values(cls, values: Sequence[str | bytes | None], utf8: bool = True) -> VarColumn:
+        """Build from Python values (for tests and small inputs, not hot paths)."""
+        raw = [v.encode() if isinstance(v, str) else (v or b"") for v in values]
+        offsets = np.zeros(len(raw) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in raw], out=offsets[1:])
+        data = np.frombuffer(b"".join(raw), dtype=np.uint8).copy()
+        return cls(offsets, data, utf8)
+
+    def value(self, i: int) -> str | bytes:
+        raw = self.data[self.offsets[i] : self.offsets[i + 1]].tobytes()
+        return raw.decode() if self.utf8 else raw
+
+    def to_list(self) -> list[str | bytes]:
+        return [self.value(i) for i in range(len(self))]
+
+    def take(self, indices: np.ndarray) -> VarColumn:
+        from processors.kernels.gather import gather_var
+
+        offsets, data = gather_var(self.offsets, self.data, np.asarray(indices, dtype=np.int64))
+        return VarColumn(offsets, data, self.utf8)
+
+    @staticmethod
+    def concat(parts: Sequence[VarColumn]) -> VarColumn:
+        sizes = [len(p.data) for p in parts]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        offsets = np.concatenate(
+            [np.zeros(1, np.int64)] + [p.offsets[1:] + s for p, s in zip(parts, starts, strict=True)]
+        )
+        data = np.concatenate([p.data for p in parts]) if parts else np.zeros(0, np.uint8)
+        return VarColumn(offsets.astype(np.int64), data, parts[0].utf8 if parts else True)
+
+    def equals(self, other: object) -> bool:
+        return (
+            isinstance(other, VarColumn)
+            and self.utf8 == other.utf8
+            and np.array_equal(self.offsets, other.offsets)
+            and np.array_equal(self.data, other.data)
+        )
+
+
+Column = np.ndarray | VarColumn
+
+
+def _take(col: Column, indices: np.ndarray) -> Column:
+    return col.take(indices) if isinstance(col, VarColumn) else col[indices]
+
+
+@dataclass(slots=True)
+class Batch:
+    """n tuples as columns. ``columns`` keeps the schema's field order."""
+
+    columns: dict[str, Column]
+    sign: np.ndarray  # int8, +1 insert / -1 delete
+    ts: np.ndarray  # int64 event time, ms since the epoch
+    key: VarColumn | None = None  # Kafka key of each tuple's source record, if any
+    meta: dict[str, str] = field(default_factory=dict)  # e.g. source stream name
+
+    def __post_init__(self) -> None:
+        n = len(self.sign)
+        if len(self.ts) != n or any(len(c) != n for c in self.columns.values()):
+            lengths = {k: len(c) for k, c in self.columns.items()}
+            raise ValueError(f"batch columns differ in length: sign={n} ts={len(self.ts)} {lengths}")
+        if self.key is not None and len(self.key) != n:
+            raise ValueError(f"batch key column has {len(self.key)} values for {n} tuples")
+
+    def __len__(self) -> int:
+        return len(self.sign)
+
+    @classmethod
+    def inserts(
+        cls,
+        columns: dict[str, Column],
+        ts: np.ndarray | None = None,
+        key: VarColumn | None = None,
+    ) -> Batch:
+        """A batch of inserts (the delta stream of an append-only stream)."""
+        n = len(next(iter(columns.values()))) if columns else (0 if ts is None else len(ts))
+        ts_col = np.zeros(n, np.int64) if ts is None else np.asarray(ts, dtype=np.int64)
+        return cls(dict(columns), np.ones(n, np.int8), ts_col, key)
+
+    def take(self, indices: np.ndarray) -> Batch:
+        """Tuples at ``indices`` (int array) in that order."""
+        idx = np.asarray(indices, dtype=np.int64)
+        return Batch(
+            {k: _take(c, idx) for k, c in self.columns.items()},
+            self.sign[idx],
+            self.ts[idx],
+            None if self.key is None else self.key.take(idx),
+            dict(self.meta),
+        )
+
+    def filter(self, mask: np.ndarray) -> Batch:
+        """Tuples where ``mask`` is true, in order."""
+        return self.take(np.flatnonzero(mask))
+
+    @staticmethod
+    def concat(batches: Iterable[Batch]) -> Batch:
+        parts = [b for b in batches]
+        if not parts:
+            raise ValueError("cannot concatenate zero batches")
+        if len(parts) == 1:
+            return parts[0]
+        names = list(parts[0].columns)
+        cols: dict[str, Column] = {}
+        for name in names:
+            pieces = [p.columns[name] for p in parts]
+            cols[name] = (
+                VarColumn.concat(pieces)  # type: ignore[arg-type]
+                if isinstance(pieces[0], VarColumn)
+                else np.concatenate(pieces)  # type: ignore[arg-type]
+            )
+        keys = [p.key for p in parts]
+        key = None if any(k is None for k in keys) else VarColumn.concat(keys)  # type: ignore[arg-type]
+        return Batch(
+            cols,
+            np.concatenate([p.sign for p in parts]),
+            np.concatenate([p.ts for p in parts]),
+            key,
+            dict(parts[0].meta),
+        )
+
+    def rows(self) -> list[dict[str, object]]:
+        """Tuples as dicts of Python values (tests and debugging; not for hot paths)."""
+        out: list[dict[str, object]] = []
+        pycols = {
+            k: (c.to_list() if isinstance(c, VarColumn) else c.tolist())
+            for k, c in self.columns.items()
+        }
+        for i in range(len(self)):
+            out.append({k: v[i] for k, v in pycols.items()})
+        return out
+
+    def equals(self, other: object) -> bool:
+        if not isinstance(other, Batch) or list(self.columns) != list(other.columns):
+            return False
+        for name, col in self.columns.items():
+            o = other.columns[name]
+            if isinstance(col, VarColumn):
+                if not col.equals(o):
+                    return False
+            elif not (isinstance(o, np.ndarray) and o.dtype == col.dtype and np.array_equal(col, o)):
+                return False
+        keys_equal = (self.key is None and other.key is None) or (
+            self.key is not None and self.key.equals(other.key)
+        )
+        return keys_equal and np.array_equal(self.sign, other.sign) and np.array_equal(self.ts, other.ts)

@@ -1,0 +1,24 @@
+"""Gather kernels for variable-length columns (offsets + flat bytes)."""
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_var(offsets: np.ndarray, data: np.ndarray, indices: np.ndarray):
+    """Values at ``indices`` of an offsets/data column, as a new offsets/data pair."""
+    n = len(indices)
+    out_offsets = np.empty(n + 1, np.int64)
+    out_offsets[0] = 0
+    for j in range(n):
+        i = indices[j]
+        out_offsets[j + 1] = out_offsets[j] + (offsets[i + 1] - offsets[i])
+    out = np.empty(out_offsets[n], np.uint8)
+    for j in range(n):
+        i = indices[j]
+        start = offsets[i]
+        length = offsets[i + 1] - start
+        dst = out_offsets[j]
+        for k in range(length):
+            out[dst + k] = data[start + k]
+    return out_offsets, out
