@@ -48,6 +48,11 @@ class VarColumn:
     def to_list(self) -> list[str | bytes]:
         return [self.value(i) for i in range(len(self))]
 
+    def slice(self, start: int, stop: int) -> VarColumn:
+        """Values start..stop-1 (offsets rebased, data copied only for that range)."""
+        lo, hi = int(self.offsets[start]), int(self.offsets[stop])
+        return VarColumn(self.offsets[start : stop + 1] - lo, self.data[lo:hi], self.utf8)
+
     def take(self, indices: np.ndarray) -> VarColumn:
         from processors.kernels.gather import gather_var
 
@@ -59,7 +64,8 @@ class VarColumn:
         sizes = [len(p.data) for p in parts]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         offsets = np.concatenate(
-            [np.zeros(1, np.int64)] + [p.offsets[1:] + s for p, s in zip(parts, starts, strict=True)]
+            [np.zeros(1, np.int64)]
+            + [p.offsets[1:] + s for p, s in zip(parts, starts, strict=True)]
         )
         data = np.concatenate([p.data for p in parts]) if parts else np.zeros(0, np.uint8)
         return VarColumn(offsets.astype(np.int64), data, parts[0].utf8 if parts else True)
@@ -94,7 +100,9 @@ class Batch:
         n = len(self.sign)
         if len(self.ts) != n or any(len(c) != n for c in self.columns.values()):
             lengths = {k: len(c) for k, c in self.columns.items()}
-            raise ValueError(f"batch columns differ in length: sign={n} ts={len(self.ts)} {lengths}")
+            raise ValueError(
+                f"batch columns differ in length: sign={n} ts={len(self.ts)} {lengths}"
+            )
         if self.key is not None and len(self.key) != n:
             raise ValueError(f"batch key column has {len(self.key)} values for {n} tuples")
 
@@ -123,6 +131,28 @@ class Batch:
             None if self.key is None else self.key.take(idx),
             dict(self.meta),
         )
+
+    def slice(self, start: int, stop: int) -> Batch:
+        """Tuples start..stop-1, as views where possible."""
+        return Batch(
+            {
+                k: c.slice(start, stop) if isinstance(c, VarColumn) else c[start:stop]
+                for k, c in self.columns.items()
+            },
+            self.sign[start:stop],
+            self.ts[start:stop],
+            None if self.key is None else self.key.slice(start, stop),
+            dict(self.meta),
+        )
+
+    def nbytes(self) -> int:
+        """Approximate payload size (columns, sign, ts, keys)."""
+        total = self.sign.nbytes + self.ts.nbytes
+        for col in list(self.columns.values()) + ([self.key] if self.key is not None else []):
+            total += (
+                col.offsets.nbytes + col.data.nbytes if isinstance(col, VarColumn) else col.nbytes
+            )
+        return total
 
     def filter(self, mask: np.ndarray) -> Batch:
         """Tuples where ``mask`` is true, in order."""
@@ -173,9 +203,15 @@ class Batch:
             if isinstance(col, VarColumn):
                 if not col.equals(o):
                     return False
-            elif not (isinstance(o, np.ndarray) and o.dtype == col.dtype and np.array_equal(col, o)):
+            elif not (
+                isinstance(o, np.ndarray) and o.dtype == col.dtype and np.array_equal(col, o)
+            ):
                 return False
         keys_equal = (self.key is None and other.key is None) or (
             self.key is not None and self.key.equals(other.key)
         )
-        return keys_equal and np.array_equal(self.sign, other.sign) and np.array_equal(self.ts, other.ts)
+        return (
+            keys_equal
+            and np.array_equal(self.sign, other.sign)
+            and np.array_equal(self.ts, other.ts)
+        )

@@ -1,0 +1,174 @@
+"""``streamon bench ingest``: how fast records move through streamon, next to its baselines.
+
+All in one run on one broker:
+
+- ``raw_consumer_rate``: an aiokafka consumer reading the input topic (the ceiling for any
+  Python consumer here);
+- ``faust_plain_rate``: a stock Faust agent forwarding one record per event;
+- ``pipeline_rate``: streamon's worker, ingest -> pass-through -> sink, measured from the
+  produce timestamps of the first and last result records;
+- ``envelope_tuples_per_s``: a stock Faust agent hopping batch envelopes (decode, stage, encode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from processors.runtime.config import load_settings, resolve_bootstrap
+from processors.runtime.producer import RecordProducer
+from processors.runtime.publish import publish_batch
+from processors.workloads.examples import reading_columns
+from topics.admin import ensure_topics, high_watermarks, read_topic
+from topics.avro import load_schema
+from topics.envelope import encode_batch
+from topics.specs import TopicSpec
+
+PARTITIONS = 4
+QUERY = """\
+from processors.workloads.examples import readings_passthrough
+query = readings_passthrough(topic={topic!r}, result={result!r}, name={name!r}, partitions={p})
+"""
+
+
+def _say(text: str) -> None:
+    print(f"[bench] {text}", flush=True)
+
+
+async def _raw_rate(bootstrap: str, topic: str, count: int) -> float:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        seen, started = 0, 0.0
+        while seen < count:
+            fetched = await consumer.getmany(timeout_ms=1000, max_records=20_000)
+            if fetched and not started:
+                started = time.perf_counter()
+            seen += sum(len(records) for records in fetched.values())
+        return seen / (time.perf_counter() - started)
+    finally:
+        await consumer.stop()
+
+
+def _run_faust_app(kind: str, bootstrap: str, topic: str, out: str, count: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "processors.bench.faust_apps",
+        kind,
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--out",
+        out,
+        "--count",
+        str(count),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    for line in proc.stdout.splitlines() + proc.stderr.splitlines():
+        if "RESULT " in line:
+            return json.loads(line.split("RESULT ", 1)[1])
+    raise RuntimeError(
+        f"bench app {kind} gave no result:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    )
+
+
+def _pipeline_rate(bootstrap: str, state_dir: Path, topic: str, count: int, run: str) -> float:
+    result = f"{topic}-out"
+    query_file = state_dir / "bench" / f"{run}.py"
+    query_file.parent.mkdir(parents=True, exist_ok=True)
+    query_file.write_text(QUERY.format(topic=topic, result=result, name=run, p=PARTITIONS))
+    env = {**os.environ, "STREAMON_BOOTSTRAP": bootstrap}
+    cmd = [sys.executable, "-m", "processors.cli", "worker", str(query_file), "--loglevel", "warn"]
+    log_path = state_dir / "bench" / f"{run}.worker.log"
+    with open(log_path, "wb") as log_file:
+        worker = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if worker.poll() is not None:
+                raise RuntimeError(f"worker exited with {worker.returncode}; see {log_path}")
+            if sum(high_watermarks(bootstrap, result).values()) >= count:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"pipeline did not deliver {count} records; see {log_path}")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+    stamps = sorted(r.timestamp_ms for r in read_topic(bootstrap, result))
+    return (len(stamps) - 1) / max((stamps[-1] - stamps[0]) / 1000.0, 1e-3)
+
+
+def _envelope_rate(bootstrap: str, topic: str, envelopes: int, tuples_per_envelope: int) -> float:
+    ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS), TopicSpec(f"{topic}-out", PARTITIONS)])
+    payload = encode_batch(reading_columns(tuples_per_envelope, seed=3))
+    producer = RecordProducer(bootstrap, {"message.max.bytes": 16 * 1024 * 1024})
+    for i in range(envelopes):
+        producer.produce(topic, payload, partition=i % PARTITIONS)
+    producer.close()
+    result = _run_faust_app("envelope", bootstrap, topic, f"{topic}-out", envelopes)
+    return float(result["tuples_per_s"])
+
+
+def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dict[str, Any]:
+    settings = load_settings()
+    bootstrap = resolve_bootstrap(settings)
+    run = f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+    topic = f"{run}.readings"
+    ensure_topics(
+        bootstrap, [TopicSpec(topic, PARTITIONS), TopicSpec(f"{topic}-plain", PARTITIONS)]
+    )
+    _say(f"broker {bootstrap}; publishing {records} readings to {topic}")
+    publish_batch(bootstrap, topic, reading_columns(records, seed=11), load_schema("reading"))
+
+    raw = asyncio.run(_raw_rate(bootstrap, topic, records))
+    _say(f"raw aiokafka consumer: {raw:,.0f} records/s")
+    plain = float(
+        _run_faust_app("plain", bootstrap, topic, f"{topic}-plain", plain_records)["rate"]
+    )
+    _say(f"plain Faust agent (first {plain_records} records): {plain:,.0f} records/s")
+    pipeline = _pipeline_rate(bootstrap, settings.state_dir, topic, records, run)
+    _say(f"streamon ingest -> pass-through -> sink: {pipeline:,.0f} records/s")
+    envelope = _envelope_rate(bootstrap, f"{run}.envelopes", 2000, 1000)
+    _say(f"envelope hop (1000 tuples per envelope): {envelope:,.0f} tuples/s")
+
+    results = {
+        "records": records,
+        "raw_consumer_rate": raw,
+        "faust_plain_rate": plain,
+        "pipeline_rate": pipeline,
+        "envelope_tuples_per_s": envelope,
+        "pipeline_vs_raw": pipeline / raw,
+        "pipeline_vs_faust_plain": pipeline / plain,
+    }
+    _print_table(results)
+    return results
+
+
+def _print_table(results: dict[str, Any]) -> None:
+    print()
+    print(f"{'measure':<26}{'value':>16}")
+    for key, value in results.items():
+        shown = f"{value:,.2f}" if isinstance(value, float) and value < 100 else f"{value:,.0f}"
+        print(f"{key:<26}{shown:>16}")

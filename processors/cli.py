@@ -1,0 +1,136 @@
+"""The ``streamon`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from processors.runtime.broker import BrokerError, broker_status, start_broker, stop_broker
+from processors.runtime.config import ConfigError, load_settings, resolve_bootstrap
+
+
+def _broker(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    if args.action == "start":
+        info = start_broker(settings.state_dir, port=args.port)
+        print(info.bootstrap)
+        return 0
+    if args.action == "stop":
+        stopped = stop_broker(settings.state_dir)
+        print("stopped" if stopped else "no broker was running")
+        return 0
+    info = broker_status(settings.state_dir)
+    if info is None:
+        print("not running")
+        return 1
+    print(f"running: {info.bootstrap} (pid {info.pid}, log {info.log_path})")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from processors.runtime.queries import load_plan
+    from processors.runtime.worker import WorkerOptions, run_worker
+
+    settings = load_settings()
+    plan = load_plan(args.query)
+    options = WorkerOptions(
+        bootstrap=resolve_bootstrap(settings),
+        state_dir=settings.state_dir,
+        web_port=args.web_port,
+        session_timeout_s=settings.session_timeout_s,
+        registry_url=settings.schema_registry_url,
+    )
+    if args.id:
+        options.worker_id = args.id
+    run_worker(plan, options, loglevel=args.loglevel)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from processors.runtime.queries import load_plan
+
+    print(json.dumps(load_plan(args.query).to_json(), indent=2))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from processors.runtime.demo import run_demo
+
+    return run_demo(records=args.records)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    if args.what == "ingest":
+        from processors.bench.ingest import run_ingest_bench
+
+        results = run_ingest_bench(records=args.records)
+    else:
+        from processors.bench.envelope_codecs import measure_envelope_codecs
+
+        results = {"envelope_codecs": measure_envelope_codecs()}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamon", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    broker = sub.add_parser("broker", help="the embedded development broker (tansu)")
+    broker.add_argument("action", choices=["start", "stop", "status"])
+    broker.add_argument("--port", type=int, default=None, help="port to listen on (default: free)")
+    broker.set_defaults(func=_broker)
+
+    worker = sub.add_parser("worker", help="run a worker for a query")
+    worker.add_argument(
+        "query", help="query file (.py defining `query`), module:attr, or a built-in"
+    )
+    worker.add_argument("--id", default=None, help="worker id (default: host-pid)")
+    worker.add_argument("--web-port", type=int, default=0, help="status endpoint port (0: free)")
+    worker.add_argument(
+        "--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"]
+    )
+    worker.set_defaults(func=_worker)
+
+    plan = sub.add_parser("plan", help="validate a query and print its logical plan")
+    plan.add_argument("query")
+    plan.set_defaults(func=_plan)
+
+    demo = sub.add_parser("demo", help="run the demo pipeline on the embedded broker")
+    demo.add_argument("--records", type=int, default=20_000)
+    demo.set_defaults(func=_demo)
+
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench.add_argument("what", choices=["ingest", "envelope"])
+    bench.add_argument("--records", type=int, default=500_000)
+    bench.add_argument("--json", default=None, help="write the results to this JSON file")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return int(args.func(args))
+    except (BrokerError, ConfigError) as exc:
+        print(f"streamon: {exc}", file=sys.stderr)
+        return 2
+    except (
+        ValueError
+    ) as exc:  # QueryError, SchemaError, TopicError...: the message names the problem
+        print(f"streamon: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""Declare a continuous query in Python and build its validated :class:`LogicalPlan`.
+
+    q = Query("sensor-alerts")
+    q.stream("r", topic="readings", schema=reading_schema, key="sensor_id", timestamp="ts")
+    q.stream("s", topic="sites", schema=site_schema)
+    q.window("r", rows=1000)
+    q.where(col("r.temperature") > 30.0, col("r.site").isin({"a", "b"}))
+    q.join("r.site", "s.name")
+    q.into("alerts", partitions=4)
+    plan = q.build()
+
+Checks that need only a call's own arguments fail at that call; checks that relate
+declarations to each other (unknown streams and fields, types, the join graph) fail in
+``build()``, so declarations may come in any order. Every failure is a :class:`QueryError`
+naming the stream, field, topic or window at fault, because the user reads it, not a developer.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from processors.core.plan import (
+    INTEGER,
+    ColumnRef,
+    Components,
+    FieldInfo,
+    Filter,
+    JoinPredicate,
+    LogicalPlan,
+    OutputColumn,
+    QueryError,
+    StreamSpec,
+    Window,
+    check_constants,
+    join_key,
+    output_schema,
+    parse_fields,
+)
+
+__all__ = ["Col", "LogicalPlan", "Predicate", "Query", "QueryError", "col"]
+
+KEY_TYPES = frozenset({"int", "long", "string", "bytes", "enum"})
+_SUB_MS = ("-micros", "-nanos")  # logical types in finer units than streamon's ms event time
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_topic(topic: object, what: str) -> str:
+    """``topic`` if Kafka accepts it as a topic name, else a QueryError naming ``what``."""
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise QueryError(
+            f"{what}: invalid Kafka topic name {topic!r} "
+            "(1 to 249 characters of a-z A-Z 0-9 . _ -, and not '.' or '..')"
+        )
+    return topic
+
+
+def _check_partitions(partitions: object, what: str) -> int | None:
+    if partitions is None:
+        return None
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise QueryError(f"{what}: partitions must be an int >= 1, got {partitions!r}")
+    return partitions
+
+
+def parse_ref(ref: object, what: str) -> ColumnRef:
+    """``"stream.field"`` as a ColumnRef."""
+    parts = ref.split(".") if isinstance(ref, str) else []
+    if len(parts) != 2 or not all(parts):
+        raise QueryError(f"{what}: column reference {ref!r} must look like 'stream.field'")
+    return ColumnRef(parts[0], parts[1])
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """An unchecked filter, as written; ``build()`` checks it against the stream's schema."""
+
+    ref: ColumnRef
+    op: str
+    values: tuple[Any, ...]
+
+    def __bool__(self) -> bool:
+        raise QueryError(
+            f"filter on {self.ref} used as a truth value: pass filters to where() separately "
+            "and use .between(lo, hi) instead of chained comparisons"
+        )
+
+    def __str__(self) -> str:
+        return str(Filter(self.ref.stream, self.ref.field, self.op, self.values))  # type: ignore[arg-type]
+
+
+def _compare(op: str) -> Callable[[Col, Any], Predicate]:
+    def compare(self: Col, value: Any) -> Predicate:
+        return Predicate(self.ref, op, (value,))
+
+    return compare
+
+
+class Col:
+    """A column in filters: ``col("r.x") > 30.0``, ``.isin({...})``, ``.between(lo, hi)``."""
+
+    __slots__ = ("ref",)
+    __hash__ = None  # type: ignore[assignment]  # == builds a Predicate, so no hashing
+
+    def __init__(self, ref: str) -> None:
+        self.ref = parse_ref(ref, "col()")
+
+    __lt__ = _compare("<")
+    __le__ = _compare("<=")
+    __gt__ = _compare(">")
+    __ge__ = _compare(">=")
+    __eq__ = _compare("==")  # type: ignore[assignment]
+    __ne__ = _compare("!=")  # type: ignore[assignment]
+
+    def isin(self, values: Iterable[Any]) -> Predicate:
+        vals = tuple(values)
+        if not vals:
+            raise QueryError(f"filter {self.ref} IN (): the set is empty, so nothing would pass")
+        return Predicate(self.ref, "in", vals)
+
+    def between(self, low: Any, high: Any) -> Predicate:
+        """Inclusive on both ends, as in SQL."""
+        return Predicate(self.ref, "between", (low, high))
+
+
+def col(ref: str) -> Col:
+    """A column reference ``"stream.field"`` for filters."""
+    return Col(ref)
+
+
+def _collides(a: str, b: str) -> bool:
+    """Kafka refuses topics that differ only in '.' versus '_' (their metric names clash)."""
+    return a.replace(".", "_") == b.replace(".", "_")
+
+
+class Query:
+    """A continuous query under construction; every method returns the query for chaining."""
+
+    def __init__(self, name: str) -> None:
+        self.name = check_topic(name, "query name")  # it prefixes the query's internal topics
+        self._streams: dict[str, StreamSpec] = {}
+        self._windows: dict[str, Window] = {}
+        self._predicates: list[Predicate] = []
+        self._joins: list[tuple[ColumnRef, ColumnRef]] = []
+        self._select: list[tuple[ColumnRef, str | None]] | None = None
+        self._result: tuple[str, int | None] | None = None
+
+    def stream(
+        self,
+        name: str,
+        *,
+        topic: str,
+        schema: Mapping[str, Any],
+        key: str | None = None,
+        timestamp: str | None = None,
+        partitions: int | None = None,
+    ) -> Query:
+        """An input stream: Avro records on ``topic``; ``timestamp`` is its event-time field."""
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise QueryError(f"stream name {name!r} must be an identifier (letters, digits, _)")
+        if name in self._streams:
+            raise QueryError(f"stream {name!r} is declared twice")
+        check_topic(topic, f"stream {name!r}")
+        fields = parse_fields(name, schema)
+        spec = StreamSpec(
+            name,
+            topic,
+            copy.deepcopy(dict(schema)),
+            fields,
+            key,
+            timestamp,
+            _check_partitions(partitions, f"stream {name!r}"),
+        )
+        for role, fname, allowed in (("key", key, KEY_TYPES), ("timestamp", timestamp, INTEGER)):
+            if fname is None:
+                continue
+            info = spec.field(fname)
+            if info is None:
+                known = ", ".join(f.name for f in spec.fields)
+                raise QueryError(f"stream {name!r}: {role} field {fname!r} not in schema ({known})")
+            if info.type not in allowed:
+                raise QueryError(
+                    f"stream {name!r}: {role} field {fname!r} is {info.type}, "
+                    f"it must be one of {', '.join(sorted(allowed))}"
+                )
+            logical = info.avro.get("logicalType", "") if isinstance(info.avro, Mapping) else ""
+            if role == "timestamp" and logical.endswith(_SUB_MS):
+                raise QueryError(f"stream {name!r}: timestamp field {fname!r} is {logical}, not ms")
+        self._streams[name] = spec
+        return self
+
+    def window(
+        self,
+        stream: str,
+        *,
+        rows: int | None = None,
+        range_ms: int | None = None,
+        partition_by: Iterable[str] | str = (),
+    ) -> Query:
+        """ROWS n (last n tuples, per key with ``partition_by``) or RANGE t (last t ms)."""
+        what = f"window on stream {stream!r}"
+        if rows is not None and range_ms is not None:
+            raise QueryError(f"{what}: give rows= or range_ms=, not both")
+        if rows is None and range_ms is None:
+            raise QueryError(f"{what}: give rows= (ROWS n) or range_ms= (RANGE t)")
+        kind, size = ("rows", rows) if rows is not None else ("range", range_ms)
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            raise QueryError(f"{what}: {kind} size must be a positive int, got {size!r}")
+        by = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by)
+        if by and kind == "range":
+            raise QueryError(f"{what}: PARTITION BY needs a ROWS window")
+        if stream in self._windows:
+            raise QueryError(f"stream {stream!r} already has a window: {self._windows[stream]}")
+        self._windows[stream] = Window(stream, kind, size, by)  # type: ignore[arg-type]
+        return self
+
+    def where(self, *predicates: Predicate) -> Query:
+        """Conjunctive filters, each on one stream's column: ``col("r.x") > 1``."""
+        for p in predicates:
+            if not isinstance(p, Predicate):
+                raise QueryError(f"where() takes filters such as col('r.x') > 1, not {p!r}")
+        self._predicates.extend(predicates)
+        return self
+
+    def join(self, left: str, right: str) -> Query:
+        """An equi-join predicate ``left = right`` between two streams' columns."""
+        self._joins.append((parse_ref(left, "join()"), parse_ref(right, "join()")))
+        return self
+
+    def select(self, *columns: str, **renamed: str) -> Query:
+        """The result's fields: ``select("r.x", "s.y", new_name="s.z")``; default: all fields."""
+        if self._select is not None:
+            raise QueryError("select() is given twice")
+        chosen = [(parse_ref(c, "select()"), None) for c in columns]
+        for alias, ref in renamed.items():
+            if not _NAME.fullmatch(alias):
+                raise QueryError(f"select(): output name {alias!r} is not a valid Avro name")
+            chosen.append((parse_ref(ref, "select()"), alias))
+        if not chosen:
+            raise QueryError("select() needs at least one column")
+        self._select = chosen
+        return self
+
+    def into(self, topic: str, *, partitions: int | None = None) -> Query:
+        """The result topic (one Avro record per message)."""
+        if self._result is not None:
+            raise QueryError(f"result topic is already {self._result[0]!r}")
+        check_topic(topic, "result topic")
+        self._result = (topic, _check_partitions(partitions, f"result topic {topic!r}"))
+        return self
+
+    def build(self) -> LogicalPlan:
+        """The validated plan; the first problem found raises QueryError."""
+        if not self._streams:
+            raise QueryError(f"query {self.name!r} declares no stream")
+        if self._result is None:
+            raise QueryError(f"query {self.name!r} has no result topic: call into(topic)")
+        topic, partitions = self._result
+        for s in self._streams.values():
+            if _collides(topic, s.topic):
+                raise QueryError(
+                    f"result topic {topic!r} collides with input topic of stream "
+                    f"{s.name!r} ({s.topic!r})"
+                )
+        windows = self._checked_windows()
+        filters = tuple(self._filter(p) for p in self._predicates)
+        joins = self._checked_joins()
+        streams = tuple(self._streams.values())
+        output = self._output()
+        return LogicalPlan(
+            name=self.name,
+            streams=streams,
+            windows=windows,
+            filters=filters,
+            joins=joins,
+            output=output,
+            output_schema=output_schema(self.name, streams, output, self._select is not None),
+            result_topic=topic,
+            result_partitions=partitions,
+            projected=self._select is not None,
+            join_key=join_key(streams, joins),
+        )
+
+    def _field(self, ref: ColumnRef, what: str) -> FieldInfo:
+        spec = self._streams.get(ref.stream)
+        if spec is None:
+            known = ", ".join(self._streams)
+            raise QueryError(f"{what}: unknown stream {ref.stream!r} in {ref} (streams: {known})")
+        info = spec.field(ref.field)
+        if info is None:
+            known = ", ".join(f.name for f in spec.fields)
+            raise QueryError(f"{what}: stream {ref.stream!r} has no field {ref.field!r} ({known})")
+        return info
+
+    def _checked_windows(self) -> dict[str, Window]:
+        for w in self._windows.values():
+            spec = self._streams.get(w.stream)
+            if spec is None:
+                raise QueryError(f"window {w}: unknown stream {w.stream!r}")
+            if w.kind == "range" and spec.timestamp is None:
+                raise QueryError(
+                    f"window {w}: a RANGE window needs event time, but stream {w.stream!r} "
+                    "declares no timestamp field (stream(..., timestamp='field'))"
+                )
+            for f in w.partition_by:
+                self._field(ColumnRef(w.stream, f), f"window {w}: PARTITION BY")
+        return dict(self._windows)
+
+    def _filter(self, pred: Predicate) -> Filter:
+        values = check_constants(pred, self._field(pred.ref, f"filter {pred}"))
+        window = self._windows.get(pred.ref.stream)
+        placement = (
+            "above_window" if window and not window.commutes_with_selection else "below_window"
+        )
+        return Filter(pred.ref.stream, pred.ref.field, pred.op, values, placement)  # type: ignore[arg-type]
+
+    def _checked_joins(self) -> tuple[JoinPredicate, ...]:
+        joins: list[JoinPredicate] = []
+        for left, right in self._joins:
+            what = f"join {left} = {right}"
+            li, ri = self._field(left, what), self._field(right, what)
+            if left.stream == right.stream:
+                how = "on the same field" if left.field == right.field else "on two of its fields"
+                raise QueryError(
+                    f"{what}: joins stream {left.stream!r} with itself {how}; a join needs two "
+                    "streams (for a self-join, declare the stream twice under two names)"
+                )
+            if li.family != ri.family:
+                raise QueryError(f"{what}: incompatible types {li.type} and {ri.type}")
+            if any({j.left, j.right} == {left, right} for j in joins):
+                raise QueryError(f"{what}: declared twice")
+            joins.append(JoinPredicate(left, right))
+        names = list(self._streams)
+        if len(names) > 1 and not joins:
+            raise QueryError(
+                f"query {self.name!r} reads streams {', '.join(names)} but declares no join "
+                "predicate (cross products are not supported): add join('a.x', 'b.y')"
+            )
+        parts = Components()
+        for j in joins:
+            parts.union(j.left.stream, j.right.stream)
+        groups = parts.groups(names)
+        if len(groups) > 1:
+            listed = " | ".join("{" + ", ".join(g) + "}" for g in groups)
+            raise QueryError(f"streams not connected by joins: {listed}")
+        return tuple(joins)
+
+    def _output(self) -> tuple[OutputColumn, ...]:
+        """Result fields; a field name taken by several streams becomes ``stream_field``."""
+        chosen = self._select or [
+            (ColumnRef(s.name, f.name), None) for s in self._streams.values() for f in s.fields
+        ]
+        clashes = Counter(ref.field for ref, alias in chosen if alias is None)
+        taken: dict[str, ColumnRef] = {}
+        out: list[OutputColumn] = []
+        for ref, alias in chosen:
+            info = self._field(ref, "select()")
+            name = alias or (f"{ref.stream}_{ref.field}" if clashes[ref.field] > 1 else ref.field)
+            if name in taken:
+                raise QueryError(
+                    f"output field {name!r} would come from both {taken[name]} and {ref}: "
+                    f"name one with select(..., other_name='{ref}')"
+                )
+            taken[name] = ref
+            out.append(OutputColumn(name, ref, info.type))
+        return tuple(out)

@@ -1,0 +1,288 @@
+"""The three kinds of Faust agent a query runs as: ingest, stage and sink.
+
+- ingest: external topic (one Avro record per message, delivered in bulk as RecordBlocks) ->
+  bulk Avro decode -> batch envelopes on an internal topic, same partition;
+- stage: envelope topic -> ``Stage.process`` (one stage instance per partition) -> envelopes;
+- sink: envelope topic -> bulk Avro encode -> one record per message on the result topic.
+
+Failures split in two. Input that cannot be decoded or processed is data: it becomes a dead
+letter with the reason and the agent carries on. Output that cannot be written is not: Faust
+acks an event even when the agent raises, so carrying on could commit past lost output; the
+worker exits at once instead, without committing, and the input is delivered again on restart.
+Outputs go through Faust's producer (envelopes, tracked by :class:`SendTracker`) or
+:class:`RecordProducer` (records); both are flushed before offsets are committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import numpy as np
+from faust.types import TP
+
+from processors.core.batch import Batch, VarColumn
+from processors.runtime.deadletter import DeadLetters
+from processors.runtime.faust_bulk import BulkApp, RecordBlock
+from processors.runtime.producer import RecordProducer
+from processors.runtime.stats import AgentStats, StatsBoard
+from processors.stages.base import Stage
+from topics.columnar import RecordCodec
+from topics.envelope import decode_batch, encode_envelopes
+
+log = logging.getLogger(__name__)
+
+#: Exit status of a worker that could not write its output (a supervisor should restart it).
+EXIT_OUTPUT_FAILED = 75
+
+
+def fatal(agent: str, exc: BaseException) -> NoReturn:
+    """Stop the process now, committing nothing, so that unwritten output is redone."""
+    log.critical("agent %s could not write its output, exiting without commit: %r", agent, exc)
+    logging.shutdown()
+    os._exit(EXIT_OUTPUT_FAILED)
+
+
+@dataclass
+class SendTracker:
+    """Futures of envelopes sent through Faust; all must succeed before offsets commit."""
+
+    pending: list[asyncio.Future] = field(default_factory=list)
+
+    def track(self, future: asyncio.Future) -> None:
+        self.pending.append(future)
+
+    async def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        for future in pending:
+            try:
+                await future
+            except Exception as exc:
+                fatal("envelope producer", exc)
+
+
+@dataclass
+class AgentContext:
+    """What every agent of one worker shares."""
+
+    app: BulkApp
+    board: StatsBoard
+    dead_letters: DeadLetters
+    producer: RecordProducer
+    sends: SendTracker = field(default_factory=SendTracker)
+
+    async def send_envelopes(self, agent: str, topic: Any, batch: Batch, partition: int) -> None:
+        try:
+            for payload in encode_envelopes(batch):
+                self.sends.track(await topic.send(value=payload, partition=partition))
+        except Exception as exc:
+            fatal(agent, exc)
+
+
+def _key_column(keys: list[bytes | None], good: np.ndarray) -> VarColumn | None:
+    """Kafka keys of the decoded records as a column; None when any key is missing."""
+    chosen = [keys[i] for i in good.tolist()]
+    if not chosen or any(k is None for k in chosen):
+        return None
+    lengths = np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
+    offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = np.frombuffer(b"".join(chosen), dtype=np.uint8)  # type: ignore[arg-type]
+    return VarColumn(offsets, data, utf8=False)
+
+
+def _block_to_batch(
+    ctx: AgentContext, name: str, block: RecordBlock, codec: RecordCodec, ts_field: str | None
+) -> Batch:
+    """Bulk-decode a block; undecodable records become dead letters."""
+    buf, offsets = block.packed_values()
+    result = codec.decode_many(buf, offsets)
+    for index, reason in result.errors:
+        ctx.dead_letters.send(
+            source_topic=block.topic,
+            partition=block.partition,
+            offset=block.offsets[index],
+            key=block.keys[index],
+            value=block.values[index],
+            reason=reason,
+            stage=name,
+        )
+    good = result.good
+    if ts_field is not None:
+        ts = np.asarray(result.columns[ts_field], dtype=np.int64)
+    else:
+        ts = np.asarray(block.timestamps, dtype=np.int64)[good]
+    return Batch(result.columns, np.ones(len(good), np.int8), ts, _key_column(block.keys, good))
+
+
+def add_ingest_agent(
+    ctx: AgentContext,
+    *,
+    name: str,
+    source_topic: str,
+    codec: RecordCodec,
+    timestamp_field: str | None,
+    out_topic: str,
+) -> AgentStats:
+    """External records -> envelopes, partition by partition."""
+    source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
+    out = ctx.app.topic(out_topic, value_serializer="raw", key_serializer="raw")
+    stats = ctx.board.agent(name, "ingest")
+    stats.topic = source_topic
+
+    async def ingest(blocks: Any) -> None:
+        async for block in blocks:
+            if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
+                fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            started = time.perf_counter_ns()
+            dead_before = ctx.dead_letters.count
+            try:
+                batch = _block_to_batch(ctx, name, block, codec, timestamp_field)
+            except Exception as exc:  # a bug or input nobody foresaw: keep every record
+                log.exception("ingest %s failed on a block of %d records", name, len(block))
+                for i in range(len(block)):
+                    ctx.dead_letters.send(
+                        source_topic=block.topic, partition=block.partition,
+                        offset=block.offsets[i], key=block.keys[i], value=block.values[i],
+                        reason=f"ingest failed: {exc!r}", stage=name,
+                    )  # fmt: skip
+                batch = None
+            if batch is not None and len(batch):
+                await ctx.send_envelopes(name, out, batch, block.partition)
+            stats.dead_letters += ctx.dead_letters.count - dead_before
+            n_out = 0 if batch is None else len(batch)
+            nbytes = sum(map(len, filter(None, block.values)))
+            stats.record(len(block), n_out, time.perf_counter_ns() - started, len(block), nbytes)
+            stats.positions[block.partition] = block.offsets[-1] + 1
+
+    ctx.app.agent(source, name=name)(ingest)
+    return stats
+
+
+def add_stage_agent(
+    ctx: AgentContext,
+    *,
+    name: str,
+    in_topic: str,
+    out_topic: str,
+    make_stage: Callable[[int], Stage],
+) -> AgentStats:
+    """Envelopes -> stage -> envelopes, one stage instance per partition."""
+    source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
+    out = ctx.app.topic(out_topic, value_serializer="raw", key_serializer="raw")
+    stages: dict[int, Stage] = {}
+    stats = ctx.board.agent(
+        name, name, plan=lambda: {str(p): s.stats() for p, s in sorted(stages.items())}
+    )
+    stats.topic = in_topic
+
+    def process(batch: Batch, partition: int) -> list[Batch]:
+        stage = stages.get(partition)
+        if stage is None:
+            stage = stages[partition] = make_stage(partition)
+        return stage.process(batch)
+
+    async def run(events: Any) -> None:
+        async for event in events.events():
+            message = event.message
+            started = time.perf_counter_ns()
+            batch, outputs = _guarded(ctx, stats, name, message, process)
+            for output in outputs:
+                await ctx.send_envelopes(name, out, output, message.partition)
+            n_in = 0 if batch is None else len(batch)
+            n_out = sum(len(o) for o in outputs)
+            stats.record(n_in, n_out, time.perf_counter_ns() - started, 1, len(message.value))
+            stats.positions[message.partition] = message.offset + 1
+
+    ctx.app.agent(source, name=name)(run)
+    return stats
+
+
+def add_sink_agent(
+    ctx: AgentContext,
+    *,
+    name: str,
+    in_topic: str,
+    codec: RecordCodec,
+    result_topic: str,
+    result_partitions: int,
+) -> AgentStats:
+    """Envelopes -> one Avro record per message on the result topic; deletes get a sign header."""
+    source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
+    stats = ctx.board.agent(name, "sink")
+    stats.topic = in_topic
+
+    def encode(batch: Batch, partition: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [codec.encode_many(batch.columns, len(batch))]
+
+    async def sink(events: Any) -> None:
+        async for event in events.events():
+            message = event.message
+            started = time.perf_counter_ns()
+            batch, encoded = _guarded(ctx, stats, name, message, encode)
+            if batch is not None and encoded:
+                buf, offsets = encoded[0]
+                try:
+                    ctx.producer.produce_many(
+                        result_topic,
+                        buf,
+                        offsets,
+                        keys=batch.key,
+                        partition=message.partition % result_partitions,
+                        signs=batch.sign if bool((batch.sign < 0).any()) else None,
+                    )
+                except Exception as exc:
+                    fatal(name, exc)
+            n = 0 if batch is None else len(batch)
+            stats.record(n, n, time.perf_counter_ns() - started, 1, len(message.value))
+            stats.positions[message.partition] = message.offset + 1
+
+    ctx.app.agent(source, name=name)(sink)
+    return stats
+
+
+def _guarded(
+    ctx: AgentContext,
+    stats: AgentStats,
+    stage: str,
+    message: Any,
+    work: Callable[[Batch, int], list[Any]],
+) -> tuple[Batch | None, list[Any]]:
+    """Decode an envelope and run ``work`` on it; any failure makes the envelope a dead letter."""
+    batch = None
+    try:
+        batch = decode_batch(message.value)
+        return batch, work(batch, message.partition)
+    except Exception as exc:
+        what = "bad batch envelope" if batch is None else f"stage {stage} failed"
+        if batch is not None:
+            log.exception("%s on %s[%d]@%d", what, message.topic, message.partition, message.offset)
+        ctx.dead_letters.send(
+            source_topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            key=message.key,
+            value=message.value,
+            reason=f"{what}: {exc}",
+            stage=stage,
+        )
+        stats.dead_letters += 1
+        return batch, []
+
+
+def backlog_of(app: BulkApp, stats: AgentStats) -> tuple[int, int]:
+    """Pending tuples/bytes of an agent's input, from fetch high watermarks minus positions.
+
+    High watermarks come with fetch responses (not ListOffsets, which tansu answers wrongly).
+    """
+    pending = 0
+    for partition, position in stats.positions.items():
+        high = app.consumer.highwater(TP(stats.topic, partition))
+        if high is not None and high > position:
+            pending += high - position
+    return stats.backlog(pending)

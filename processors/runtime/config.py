@@ -1,0 +1,133 @@
+"""Where Kafka is: settings from the environment, then a TOML file, then defaults.
+
+The same code runs against the embedded tansu broker in development and a real cluster in
+production; only these settings differ. With no bootstrap configured, the embedded broker of the
+state directory is used (and started if needed).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ConfigError", "Settings", "load_settings", "resolve_bootstrap"]
+
+ENV_BOOTSTRAP = "STREAMON_BOOTSTRAP"
+ENV_SCHEMA_REGISTRY = "STREAMON_SCHEMA_REGISTRY_URL"
+ENV_STATE_DIR = "STREAMON_STATE_DIR"
+ENV_CONFIG = "STREAMON_CONFIG"
+DEFAULT_CONFIG_FILE = "streamon.toml"
+DEFAULT_STATE_DIR = ".streamon"
+DEFAULT_SESSION_TIMEOUT_S = 6.0
+
+
+class ConfigError(ValueError):
+    """The configuration is unreadable or invalid; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings; ``bootstrap=None`` means "use the embedded broker"."""
+
+    bootstrap: str | None
+    schema_registry_url: str | None
+    state_dir: Path
+    # Short, because a classic group join on tansu takes about half of it (see DESIGN.md).
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+
+
+def _check_str(value: Any, path: Path, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{path}: key {key!r} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _check_timeout(value: Any, path: Path, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{path}: key {key!r} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _state_dir(value: Any, path: Path, key: str) -> Path:
+    # Relative paths in a config file are relative to that file, not to the caller's cwd.
+    return path.parent / Path(_check_str(value, path, key)).expanduser()
+
+
+_CHECKS = {
+    "bootstrap": _check_str,
+    "schema_registry_url": _check_str,
+    "state_dir": _state_dir,
+    "session_timeout_s": _check_timeout,
+}
+
+
+def _config_path(env: Mapping[str, str]) -> Path | None:
+    explicit = env.get(ENV_CONFIG, "").strip()
+    if explicit:
+        return Path(explicit).expanduser()
+    default = Path(DEFAULT_CONFIG_FILE)
+    return default if default.is_file() else None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    """Validated values from a TOML config file."""
+    try:
+        with open(path, "rb") as handle:
+            raw = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        check = _CHECKS.get(key)
+        if check is None:
+            known = ", ".join(sorted(_CHECKS))
+            raise ConfigError(f"{path}: unknown key {key!r} (known keys: {known})")
+        values[key] = check(value, path, key)
+    return values
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from env (STREAMON_*), then the TOML config file, then defaults."""
+    env = os.environ if env is None else env
+    path = _config_path(env)
+    values = _read_file(path) if path is not None else {}
+    for key, var in (
+        ("bootstrap", ENV_BOOTSTRAP),
+        ("schema_registry_url", ENV_SCHEMA_REGISTRY),
+        ("state_dir", ENV_STATE_DIR),
+    ):
+        value = env.get(var, "").strip()
+        if value:
+            values[key] = Path(value).expanduser() if key == "state_dir" else value
+    state_dir = Path(values.get("state_dir", DEFAULT_STATE_DIR)).absolute()
+    return Settings(
+        bootstrap=values.get("bootstrap"),
+        schema_registry_url=values.get("schema_registry_url"),
+        state_dir=state_dir,
+        session_timeout_s=values.get("session_timeout_s", DEFAULT_SESSION_TIMEOUT_S),
+    )
+
+
+def resolve_bootstrap(settings: Settings | None = None, start: bool = True) -> str:
+    """The configured bootstrap, else the embedded broker's (started if ``start``)."""
+    settings = load_settings() if settings is None else settings
+    if settings.bootstrap:
+        return settings.bootstrap
+    # Imported here so that reading settings does not load the Kafka client.
+    from processors.runtime.broker import BrokerError, broker_status, start_broker
+
+    if start:
+        return start_broker(settings.state_dir).bootstrap
+    info = broker_status(settings.state_dir)
+    if info is None:
+        raise BrokerError(
+            f"no bootstrap configured and no embedded broker running in {settings.state_dir}; "
+            "run `streamon broker start` or set STREAMON_BOOTSTRAP"
+        )
+    return info.bootstrap

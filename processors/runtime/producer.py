@@ -1,0 +1,138 @@
+"""Per-record output to external topics with confluent-kafka (librdkafka).
+
+Faust's own producer costs several µs of Python per message, which caps a sink at tens of
+thousands of records/s; librdkafka batches in C. Results and dead letters therefore go through
+this producer, and the worker's consumer flushes it before every offset commit
+(:mod:`processors.runtime.faust_bulk`), so an input offset is committed only after the outputs
+it caused are acknowledged by the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import confluent_kafka
+import numpy as np
+
+from processors.core.batch import VarColumn
+
+log = logging.getLogger(__name__)
+
+SIGN_HEADER = "streamon.sign"
+_DELETE_HEADERS = [(SIGN_HEADER, b"-1")]
+
+
+class DeliveryError(RuntimeError):
+    """The broker did not acknowledge some output records; offsets must not be committed."""
+
+
+class RecordProducer:
+    """Produces many single-record messages per call; delivery is checked at :meth:`flush`."""
+
+    def __init__(self, bootstrap: str, extra: dict[str, object] | None = None) -> None:
+        config: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+            "partitioner": "murmur2_random",  # same key -> partition mapping as Java clients
+            "acks": "all",
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+        }
+        config.update(extra or {})
+        self._producer = confluent_kafka.Producer(config)
+        self._failures: list[str] = []
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll_loop, name="record-producer", daemon=True)
+        self._poller.start()
+
+    def _on_delivery(self, err: object, msg: object) -> None:
+        if err is not None:
+            self._failures.append(f"{msg.topic()}[{msg.partition()}]: {err}")  # type: ignore[attr-defined]
+
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.1)
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int = 0,
+    ) -> None:
+        kwargs: dict[str, object] = {"key": key, "timestamp": timestamp_ms}
+        if partition is not None:
+            kwargs["partition"] = partition
+        self._produce(topic, value, kwargs)
+
+    def _produce(self, topic: str, value: bytes, kwargs: dict[str, object]) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:  # local queue full: let librdkafka drain, then retry
+                self._producer.poll(0.05)
+
+    def produce_many(
+        self,
+        topic: str,
+        buf: np.ndarray,
+        offsets: np.ndarray,
+        keys: VarColumn | None = None,
+        partition: int | None = None,
+        timestamps: np.ndarray | None = None,
+        signs: np.ndarray | None = None,
+    ) -> None:
+        """One message per slice ``buf[offsets[i]:offsets[i+1]]``; deletes get a sign header.
+
+        With keys, librdkafka picks partitions by key hash; without, ``partition`` is used.
+        """
+        values = buf.tobytes()
+        bounds = offsets.tolist()
+        n = len(bounds) - 1
+        if n <= 0:
+            return
+        produce = self._producer.produce
+        key_bytes = keys.data.tobytes() if keys is not None else b""
+        key_bounds = keys.offsets.tolist() if keys is not None else None
+        stamps = timestamps.tolist() if timestamps is not None else [0] * n
+        deletes = set(np.flatnonzero(signs < 0).tolist()) if signs is not None else set()
+        part = -1 if (keys is not None or partition is None) else partition
+        for i in range(n):
+            key = key_bytes[key_bounds[i] : key_bounds[i + 1]] if key_bounds is not None else None
+            value = values[bounds[i] : bounds[i + 1]]
+            try:
+                if deletes and i in deletes:
+                    produce(topic, value, key, part, timestamp=stamps[i], headers=_DELETE_HEADERS)
+                else:
+                    produce(topic, value, key, part, timestamp=stamps[i])
+            except BufferError:
+                kwargs: dict[str, object] = {"key": key, "partition": part, "timestamp": stamps[i]}
+                if i in deletes:
+                    kwargs["headers"] = _DELETE_HEADERS
+                self._produce(topic, value, kwargs)
+
+    def flush_blocking(self, timeout: float = 60.0) -> None:
+        """Wait until every produced record is acknowledged; raise DeliveryError otherwise."""
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            raise DeliveryError(f"{remaining} records not acknowledged within {timeout:.0f}s")
+        if self._failures:
+            failures, self._failures = self._failures, []
+            raise DeliveryError(f"{len(failures)} records failed: {failures[:3]}")
+
+    async def flush(self, timeout: float = 60.0) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.flush_blocking, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        try:
+            self.flush_blocking(timeout)
+        finally:
+            self._stop.set()
+            self._poller.join(timeout=1.0)

@@ -1,0 +1,231 @@
+"""A streamon worker: one Faust app running one query's agents.
+
+The query's logical plan becomes a chain of agents connected by internal envelope topics::
+
+    input --ingest--> streamon.<q>.ingest.<stream> --stage...--> streamon.<q>.out --sink--> result
+
+Several workers started for the same query form one consumer group and share the partitions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from processors.core.query import LogicalPlan
+from processors.runtime.agents import (
+    AgentContext,
+    add_ingest_agent,
+    add_sink_agent,
+    add_stage_agent,
+    backlog_of,
+)
+from processors.runtime.deadletter import DeadLetters
+from processors.runtime.faust_bulk import BulkApp
+from processors.runtime.producer import RecordProducer
+from processors.runtime.stats import StatsBoard
+from processors.stages.base import PassThroughStage, Stage
+from topics.columnar import RecordCodec
+from topics.specs import TopicSpec
+
+log = logging.getLogger(__name__)
+
+STATS_TOPIC = "streamon.stats"
+CONTROL_TOPIC = "streamon.control"
+DEAD_LETTER_TOPIC = "streamon.deadletters"
+
+
+def internal_topic(query: str, name: str) -> str:
+    return f"streamon.{query}.{name}"
+
+
+@dataclass
+class WorkerOptions:
+    """How to run a worker (everything but the query)."""
+
+    bootstrap: str
+    state_dir: Path
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    web_port: int | None = None  # None: no web endpoint; 0: pick a free port
+    session_timeout_s: float = 6.0
+    stats_interval_s: float = 1.0
+    registry_url: str | None = None
+
+
+@dataclass
+class Pipeline:
+    """The topics and stages a plan runs as."""
+
+    ingest_topics: dict[str, str]  # stream name -> envelope topic written by its ingest agent
+    stage_topics: list[tuple[str, str, str]]  # (stage name, in topic, out topic)
+    sink_topic: str
+    specs: list[TopicSpec]
+
+
+def plan_pipeline(plan: LogicalPlan) -> Pipeline:
+    """Topics for a plan. Only pass-through plans run yet; later issues add stages here."""
+    if not plan.is_passthrough:
+        raise NotImplementedError(
+            f"query {plan.name!r} needs windows, filters or joins, which this version of streamon "
+            "cannot run yet; only single-stream pass-through queries run"
+        )
+    (stream,) = plan.streams
+    partitions = stream.partitions
+    ingest = internal_topic(plan.name, f"ingest.{stream.name}")
+    out = internal_topic(plan.name, "out")
+    specs = [
+        TopicSpec(stream.topic, partitions),
+        TopicSpec(ingest, partitions),
+        TopicSpec(out, partitions),
+        TopicSpec(plan.result_topic, plan.result_partitions),
+        TopicSpec(STATS_TOPIC, 1),
+        TopicSpec(CONTROL_TOPIC, 1),
+        TopicSpec(DEAD_LETTER_TOPIC, 1),
+    ]
+    return Pipeline({stream.name: ingest}, [("passthrough", ingest, out)], out, specs)
+
+
+def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, dict[str, Any]]:
+    """A Faust app with the plan's agents, stats timer and status page."""
+    pipeline = plan_pipeline(plan)
+    datadir = options.state_dir / "faust" / options.worker_id
+    datadir.mkdir(parents=True, exist_ok=True)
+    heartbeat = max(0.5, options.session_timeout_s / 4)
+    app = BulkApp(
+        f"streamon-{plan.name}",
+        broker=";".join(f"kafka://{host}" for host in options.bootstrap.split(",")),
+        bulk_topics=[s.topic for s in plan.streams],
+        value_serializer="raw",
+        key_serializer="raw",
+        datadir=str(datadir),
+        broker_session_timeout=options.session_timeout_s,
+        broker_heartbeat_interval=heartbeat,
+        broker_commit_interval=1.0,
+        broker_max_poll_records=20_000,
+        consumer_max_fetch_size=8 * 1024 * 1024,
+        consumer_auto_offset_reset="earliest",
+        producer_linger=0.005,
+        producer_max_batch_size=524_288,
+        topic_disable_leader=True,
+        topic_replication_factor=1,
+        web_enabled=options.web_port is not None,
+        web_port=options.web_port or 6066,
+        web_bind="127.0.0.1",
+        web_host="127.0.0.1",
+    )
+    producer = RecordProducer(options.bootstrap)
+    board = StatsBoard(options.worker_id, plan.name)
+    ctx = AgentContext(
+        app, board, DeadLetters(producer, DEAD_LETTER_TOPIC, options.worker_id), producer
+    )
+    # before offsets commit: every envelope sent, every record acknowledged
+    app.flush_hooks.extend([ctx.sends.flush, producer.flush])
+
+    for stream in plan.streams:
+        codec = RecordCodec(stream.schema, registry=_registry(options))
+        add_ingest_agent(
+            ctx,
+            name=f"ingest.{stream.name}",
+            source_topic=stream.topic,
+            codec=codec,
+            timestamp_field=stream.timestamp,
+            out_topic=pipeline.ingest_topics[stream.name],
+        )
+    for name, in_topic, out_topic in pipeline.stage_topics:
+        add_stage_agent(
+            ctx, name=name, in_topic=in_topic, out_topic=out_topic, make_stage=_stage_factory(name)
+        )
+    add_sink_agent(
+        ctx,
+        name="sink",
+        in_topic=pipeline.sink_topic,
+        codec=RecordCodec(plan.output_schema, registry=_registry(options)),
+        result_topic=plan.result_topic,
+        result_partitions=plan.result_partitions,
+    )
+
+    def backlog(stats: Any) -> tuple[int, int]:
+        return backlog_of(app, stats)
+
+    @app.timer(options.stats_interval_s)
+    async def publish_stats() -> None:
+        for record in board.report(backlog):
+            producer.produce(STATS_TOPIC, record, key=options.worker_id.encode())
+
+    status = {"worker_id": options.worker_id, "query": plan.name, "plan": plan.to_json()}
+
+    @app.page("/streamon/status")
+    async def status_page(web: Any, request: Any) -> Any:
+        body = {**status, "stats": board.snapshot(backlog), "assignment": _assignment(app)}
+        return web.json(body)
+
+    @app.page("/streamon/plan")
+    async def plan_page(web: Any, request: Any) -> Any:
+        return web.json(status["plan"])
+
+    app.streamon = {"pipeline": pipeline, "producer": producer, "board": board}  # type: ignore[attr-defined]
+    return app, {"pipeline": pipeline, "producer": producer, "board": board, "status": status}
+
+
+def _stage_factory(name: str) -> Any:
+    def make(partition: int) -> Stage:
+        return PassThroughStage(name)
+
+    return make
+
+
+def _registry(options: WorkerOptions) -> Any:
+    if not options.registry_url:
+        return None
+    from topics.avro import RegistryCodec
+
+    return RegistryCodec(options.registry_url)
+
+
+def _assignment(app: BulkApp) -> list[str]:
+    try:
+        return sorted(f"{tp.topic}[{tp.partition}]" for tp in app.consumer.assignment())
+    except Exception:  # consumer not started yet
+        return []
+
+
+def describe(plan: LogicalPlan) -> str:
+    return json.dumps(plan.to_json(), indent=2)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info") -> None:
+    """Create the plan's topics, then run its agents until SIGTERM/SIGINT (graceful stop)."""
+    import faust
+    import mode.loop
+
+    from topics.admin import ensure_topics
+
+    mode.loop.use("uvloop")
+    if options.web_port == 0:
+        options.web_port = free_port()
+    ensure_topics(options.bootstrap, plan_pipeline(plan).specs)
+    app, runtime = build_app(plan, options)
+    info = options.state_dir / "workers" / f"{options.worker_id}.json"
+    info.parent.mkdir(parents=True, exist_ok=True)
+    web = f"http://127.0.0.1:{options.web_port}/streamon/status" if options.web_port else None
+    info.write_text(
+        json.dumps({"worker_id": options.worker_id, "pid": os.getpid(), "status_url": web})
+    )
+    log.info("worker %s runs query %s; status: %s", options.worker_id, plan.name, web)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    finally:
+        runtime["producer"].close()
+        info.unlink(missing_ok=True)
