@@ -1,0 +1,210 @@
+"""The foundation's pipeline on the real broker with real Faust workers.
+
+Input: Avro readings published by confluent-kafka. Oracle: the published messages themselves;
+a pass-through query must put out exactly the same multiset of (key, value) pairs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from processors.runtime.launcher import WorkerProcess, wait_for_count
+from processors.runtime.publish import publish_batch, publish_raw
+from processors.runtime.worker import DEAD_LETTER_TOPIC
+from processors.workloads.examples import reading_columns
+from topics.admin import ensure_topics, high_watermarks, read_topic
+from topics.avro import SchemaStore, decode_single_object, load_schema
+from topics.columnar import RecordCodec
+from topics.specs import TopicSpec
+
+PARTITIONS = 4
+QUERY = """\
+from processors.core.query import Query
+from topics.avro import load_schema
+query = Query({name!r})
+query.stream("r", topic={topic!r}, schema=load_schema({schema!r}), key="sensor_id",
+             timestamp="ts", partitions={partitions})
+query.into({result!r}, partitions={partitions})
+"""
+
+
+class Pipeline:
+    """One query's topics, query file and workers, for one test."""
+
+    def __init__(self, bootstrap: str, tmp_path: Path, name: str, schema: str = "reading") -> None:
+        self.bootstrap = bootstrap
+        self.state_dir = tmp_path / "state"
+        self.name = name
+        self.topic, self.result = f"{name}.in", f"{name}.out"
+        ensure_topics(bootstrap, [TopicSpec(self.topic, PARTITIONS)])
+        self.query_file = tmp_path / "query.py"
+        self.query_file.write_text(
+            QUERY.format(name=name, topic=self.topic, result=self.result, schema=schema,
+                         partitions=PARTITIONS)  # fmt: skip
+        )
+        self.workers: list[WorkerProcess] = []
+        self.published = 0
+
+    def publish(self, n: int, seed: int) -> None:
+        batch = reading_columns(n, seed=seed, start_ms=1_700_000_000_000 + self.published * 10)
+        publish_batch(self.bootstrap, self.topic, batch, load_schema("reading"))
+        self.published += n
+
+    def start(self, worker_id: str) -> WorkerProcess:
+        worker = WorkerProcess(
+            self.query_file, bootstrap=self.bootstrap, state_dir=self.state_dir, worker_id=worker_id
+        )
+        self.workers.append(worker)
+        return worker
+
+    def wait(self, count: int, timeout: float = 120.0) -> None:
+        running = [w for w in self.workers if w.running]
+        seen = wait_for_count(self.bootstrap, self.result, count, timeout, running)
+        assert seen >= count, f"only {seen} of {count} results after {timeout}s"
+        time.sleep(2.0)  # let any duplicates land before the exact count
+
+    def inputs(self) -> Counter:
+        return Counter((r.key, r.value) for r in read_topic(self.bootstrap, self.topic))
+
+    def outputs(self) -> Counter:
+        return Counter((r.key, r.value) for r in read_topic(self.bootstrap, self.result))
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+
+@pytest.fixture
+def pipeline(bootstrap: str, tmp_path: Path, topic_name: str):
+    p = Pipeline(bootstrap, tmp_path, topic_name)
+    yield p
+    p.close()
+
+
+def test_one_worker_passes_every_record_exactly_once(pipeline: Pipeline) -> None:
+    pipeline.publish(20_000, seed=1)
+    worker = pipeline.start("w1")
+    pipeline.wait(20_000)
+    assert pipeline.outputs() == pipeline.inputs()
+    assert sum(pipeline.outputs().values()) == 20_000
+    status = worker.status()
+    by_agent = {a["agent"]: a for a in status["stats"]["agents"]}
+    assert by_agent["ingest.r"]["tuples_in"] == 20_000
+    assert by_agent["sink"]["tuples_out"] == 20_000
+    assert status["plan"]["output"]["topic"] == pipeline.result
+
+
+def test_two_workers_share_the_partitions(pipeline: Pipeline) -> None:
+    first, second = pipeline.start("w1"), pipeline.start("w2")
+    time.sleep(12)  # both join the group before data arrives
+    pipeline.publish(30_000, seed=2)
+    pipeline.wait(30_000)
+    assert pipeline.outputs() == pipeline.inputs()
+    ingested = [
+        {a["agent"]: a for a in w.status()["stats"]["agents"]}["ingest.r"]["tuples_in"]
+        for w in (first, second)
+    ]
+    assert sum(ingested) == 30_000
+    assert all(n > 0 for n in ingested), f"one worker got no partition: {ingested}"
+
+
+def _stop_mid_stream(pipeline: Pipeline, stop: str) -> None:
+    """Publish 40 chunks over ~8 s while the worker runs; stop it half-way; restart it."""
+    worker = pipeline.start("w1")
+    pipeline.publish(1_000, seed=100)
+    pipeline.wait(1_000)  # the worker is up and consuming
+
+    def publish_the_rest() -> None:
+        for i in range(39):
+            pipeline.publish(1_000, seed=101 + i)
+            time.sleep(0.2)
+
+    publisher = threading.Thread(target=publish_the_rest)
+    publisher.start()
+    time.sleep(4.0)
+    in_flight = sum(high_watermarks(pipeline.bootstrap, pipeline.topic).values())
+    if stop == "term":
+        assert worker.stop() == 0, worker.log_tail()
+    else:
+        worker.kill()
+    assert 1_000 < in_flight < 40_000, "the stop did not land mid-stream"
+    pipeline.start("w1-again")
+    publisher.join()
+    pipeline.wait(40_000)
+
+
+def test_sigterm_mid_stream_then_restart_loses_and_duplicates_nothing(pipeline: Pipeline) -> None:
+    _stop_mid_stream(pipeline, "term")
+    assert pipeline.outputs() == pipeline.inputs()
+    assert sum(pipeline.inputs().values()) == 40_000
+
+
+def test_sigkill_then_restart_keeps_every_record(pipeline: Pipeline) -> None:
+    _stop_mid_stream(pipeline, "kill")
+    inputs, outputs = pipeline.inputs(), pipeline.outputs()
+    assert sum(inputs.values()) == 40_000
+    missing = inputs - outputs
+    duplicates = sum((outputs - inputs).values())
+    assert not missing, f"{sum(missing.values())} input records never came out"
+    assert set(outputs) == set(inputs)
+    print(f"\nSIGKILL restart: {sum(inputs.values())} in, {sum(outputs.values())} out, "
+          f"{duplicates} duplicates (at-least-once)")  # fmt: skip
+
+
+def test_malformed_records_go_to_dead_letters_and_the_pipeline_continues(
+    pipeline: Pipeline,
+) -> None:
+    good_header = RecordCodec(load_schema("reading")).encode_one(
+        reading_columns(1, seed=5).rows()[0]
+    )[:10]
+    bad = [b"", b"plain text", b"\xc3\x01" + b"\x00" * 8 + b"\x02", good_header + b"\x80"]
+    pipeline.publish(1_000, seed=30)
+    publish_raw(pipeline.bootstrap, pipeline.topic, bad, key=b"bad")
+    pipeline.publish(1_000, seed=31)
+    pipeline.start("w1")
+    pipeline.wait(2_000)
+    outputs = pipeline.outputs()
+    assert sum(outputs.values()) == 2_000
+    assert outputs == Counter({k: v for k, v in pipeline.inputs().items() if k[0] != b"bad"})
+    store, schema = SchemaStore(), load_schema("dead_letter")
+    letters = [
+        decode_single_object(r.value, schema, store)
+        for r in read_topic(pipeline.bootstrap, DEAD_LETTER_TOPIC)
+    ]
+    ours = [d for d in letters if d["source_topic"] == pipeline.topic]
+    assert sorted(d["value"] for d in ours) == sorted(bad)
+    assert all(d["reason"] and d["stage"] == "ingest.r" for d in ours)
+    reasons = {d["value"]: d["reason"] for d in ours}
+    assert "single-object" in reasons[b"plain text"] or "marker" in reasons[b"plain text"]
+    assert "fingerprint" in reasons[b"\xc3\x01" + b"\x00" * 8 + b"\x02"]
+
+
+def test_record_written_with_v1_is_read_through_v2(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    pipeline = Pipeline(bootstrap, tmp_path, topic_name, schema="reading_v2")
+    try:
+        pipeline.publish(500, seed=40)
+        pipeline.start("w1")
+        pipeline.wait(500)
+        v2, store = load_schema("reading_v2"), SchemaStore()
+        written = sorted(
+            (decode_single_object(r.value, load_schema("reading"), store) for r in
+             read_topic(bootstrap, pipeline.topic)),
+            key=lambda r: (r["ts"], r["sensor_id"]),
+        )  # fmt: skip
+        read = sorted(
+            (decode_single_object(r.value, v2, store) for r in read_topic(bootstrap, pipeline.result)),
+            key=lambda r: (r["ts"], r["sensor_id"]),
+        )
+        assert len(read) == len(written) == 500
+        for old, new in zip(written, read, strict=True):
+            assert new["pressure"] == 1013.25 and new["firmware"] == ""
+            assert {k: new[k] for k in old} == pytest.approx(old)
+    finally:
+        pipeline.close()
