@@ -321,7 +321,7 @@ MAX_ENVELOPE_BYTES = 512 * 1024
 
 
 def encode_envelopes(batch: Batch, max_bytes: int = MAX_ENVELOPE_BYTES) -> list[bytes]:
-    """``batch`` as one or more envelopes, each at most about ``max_bytes`` (row ranges in order)."""
+    """``batch`` as envelopes of at most about ``max_bytes`` each (row ranges, in order)."""
     n = len(batch)
     size = batch.nbytes()
     if size <= max_bytes or n <= 1:

@@ -45,7 +45,9 @@ class WorkerProcess:
         cmd = [sys.executable, "-m", "processors.cli", "worker", str(query), "--id", worker_id,
                "--loglevel", loglevel]  # fmt: skip
         with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen(cmd, env=environ, stdout=log_file, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, env=environ, stdout=log_file, stderr=subprocess.STDOUT
+            )
 
     @property
     def running(self) -> bool:

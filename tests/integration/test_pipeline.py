@@ -44,8 +44,13 @@ class Pipeline:
         ensure_topics(bootstrap, [TopicSpec(self.topic, PARTITIONS)])
         self.query_file = tmp_path / "query.py"
         self.query_file.write_text(
-            QUERY.format(name=name, topic=self.topic, result=self.result, schema=schema,
-                         partitions=PARTITIONS)  # fmt: skip
+            QUERY.format(
+                name=name,
+                topic=self.topic,
+                result=self.result,
+                schema=schema,
+                partitions=PARTITIONS,
+            )  # fmt: skip
         )
         self.workers: list[WorkerProcess] = []
         self.published = 0
@@ -199,7 +204,10 @@ def test_record_written_with_v1_is_read_through_v2(
             key=lambda r: (r["ts"], r["sensor_id"]),
         )  # fmt: skip
         read = sorted(
-            (decode_single_object(r.value, v2, store) for r in read_topic(bootstrap, pipeline.result)),
+            (
+                decode_single_object(r.value, v2, store)
+                for r in read_topic(bootstrap, pipeline.result)
+            ),  # fmt: skip
             key=lambda r: (r["ts"], r["sensor_id"]),
         )
         assert len(read) == len(written) == 500
