@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from processors.runtime.config import load_settings, resolve_bootstrap
+from processors.runtime.launcher import WorkerProcess, wait_for_count
 from processors.runtime.producer import RecordProducer
 from processors.runtime.publish import publish_batch
 from processors.workloads.examples import reading_columns
-from topics.admin import ensure_topics, high_watermarks, read_topic
+from topics.admin import ensure_topics, read_topic
 from topics.avro import load_schema
 from topics.envelope import encode_batch
 from topics.specs import TopicSpec
@@ -95,27 +94,16 @@ def _pipeline_rate(bootstrap: str, state_dir: Path, topic: str, count: int, run:
     query_file = state_dir / "bench" / f"{run}.py"
     query_file.parent.mkdir(parents=True, exist_ok=True)
     query_file.write_text(QUERY.format(topic=topic, result=result, name=run, p=PARTITIONS))
-    env = {**os.environ, "STREAMON_BOOTSTRAP": bootstrap}
-    cmd = [sys.executable, "-m", "processors.cli", "worker", str(query_file), "--loglevel", "warn"]
-    log_path = state_dir / "bench" / f"{run}.worker.log"
-    with open(log_path, "wb") as log_file:
-        worker = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    worker = WorkerProcess(
+        query_file, bootstrap=bootstrap, state_dir=state_dir, worker_id=run, loglevel="warn"
+    )
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if worker.poll() is not None:
-                raise RuntimeError(f"worker exited with {worker.returncode}; see {log_path}")
-            if sum(high_watermarks(bootstrap, result).values()) >= count:
-                break
-            time.sleep(0.5)
-        else:
-            raise RuntimeError(f"pipeline did not deliver {count} records; see {log_path}")
+        seen = wait_for_count(bootstrap, result, count, timeout=600, workers=[worker])
+        if seen < count:
+            raise RuntimeError(f"pipeline delivered {seen} of {count}; see {worker.log_path}")
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        worker.stop()
+    # produce timestamps of the results: first to last, start-up and group join excluded
     stamps = sorted(r.timestamp_ms for r in read_topic(bootstrap, result))
     return (len(stamps) - 1) / max((stamps[-1] - stamps[0]) / 1000.0, 1e-3)
 
