@@ -323,8 +323,13 @@ MAX_ENVELOPE_BYTES = 512 * 1024
 def encode_envelopes(batch: Batch, max_bytes: int = MAX_ENVELOPE_BYTES) -> list[bytes]:
     """``batch`` as envelopes of at most about ``max_bytes`` each (row ranges, in order)."""
     n = len(batch)
-    size = batch.nbytes()
-    if size <= max_bytes or n <= 1:
+    if n <= 1 or batch.nbytes() <= max_bytes:
         return [encode_batch(batch)]
-    rows = max(1, int(n * max_bytes / size))
-    return [encode_batch(batch.slice(start, min(n, start + rows))) for start in range(0, n, rows)]
+    ends = np.cumsum(batch.row_nbytes())
+    envelopes, start, base = [], 0, 0
+    while start < n:
+        # last row that keeps this envelope within max_bytes (at least one row)
+        stop = max(start + 1, int(np.searchsorted(ends, base + max_bytes, side="right")))
+        envelopes.append(encode_batch(batch.slice(start, stop)))
+        base, start = int(ends[stop - 1]), stop
+    return envelopes

@@ -54,13 +54,22 @@ class VarColumn:
         return VarColumn(self.offsets[start : stop + 1] - lo, self.data[lo:hi], self.utf8)
 
     def take(self, indices: np.ndarray) -> VarColumn:
+        """Values at ``indices`` (negative ones count from the end, as in numpy)."""
         from processors.kernels.gather import gather_var
 
-        offsets, data = gather_var(self.offsets, self.data, np.asarray(indices, dtype=np.int64))
+        idx = np.asarray(indices, dtype=np.int64)
+        n = len(self)
+        if len(idx) and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"index out of range for a column of {n} values")
+        if len(idx) and idx.min() < 0:
+            idx = np.where(idx < 0, idx + n, idx)
+        offsets, data = gather_var(self.offsets, self.data, idx)
         return VarColumn(offsets, data, self.utf8)
 
     @staticmethod
     def concat(parts: Sequence[VarColumn]) -> VarColumn:
+        if not parts:
+            return VarColumn(np.zeros(1, np.int64), np.zeros(0, np.uint8))
         sizes = [len(p.data) for p in parts]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         offsets = np.concatenate(
@@ -144,6 +153,17 @@ class Batch:
             None if self.key is None else self.key.slice(start, stop),
             dict(self.meta),
         )
+
+    def row_nbytes(self) -> np.ndarray:
+        """Payload bytes of each tuple (fixed-width columns plus its variable-length values)."""
+        fixed = self.sign.itemsize + self.ts.itemsize
+        per_row = np.zeros(len(self), np.int64)
+        for col in list(self.columns.values()) + ([self.key] if self.key is not None else []):
+            if isinstance(col, VarColumn):
+                per_row += np.diff(col.offsets) + col.offsets.itemsize
+            else:
+                fixed += col.itemsize
+        return per_row + fixed
 
     def nbytes(self) -> int:
         """Approximate payload size (columns, sign, ts, keys)."""

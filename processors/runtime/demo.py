@@ -7,21 +7,16 @@ prints what the worker reported.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
-from pathlib import Path
 
 from processors.runtime.config import load_settings, resolve_bootstrap
+from processors.runtime.launcher import WorkerProcess, wait_for_count
 from processors.runtime.publish import publish_batch, publish_raw
 from processors.runtime.worker import DEAD_LETTER_TOPIC
 from processors.workloads.examples import reading_columns
-from topics.admin import high_watermarks, read_topic
+from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object, load_schema
 from topics.specs import TopicSpec
 
@@ -35,26 +30,7 @@ def _say(text: str) -> None:
     print(f"[demo] {text}", flush=True)
 
 
-def _wait_for(bootstrap: str, topic: str, count: int, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    seen = 0
-    while time.monotonic() < deadline:
-        seen = sum(high_watermarks(bootstrap, topic).values())
-        if seen >= count:
-            return seen
-        time.sleep(0.5)
-    return seen
-
-
-def _status(state_dir: Path, worker_id: str) -> dict:
-    info = json.loads((state_dir / "workers" / f"{worker_id}.json").read_text())
-    with urllib.request.urlopen(info["status_url"], timeout=5) as response:
-        return json.loads(response.read())
-
-
 def run_demo(records: int = 20_000) -> int:
-    from topics.admin import ensure_topics
-
     settings = load_settings()
     bootstrap = resolve_bootstrap(settings)
     _say(f"broker: {bootstrap}")
@@ -69,35 +45,29 @@ def run_demo(records: int = 20_000) -> int:
     query_file = settings.state_dir / "demo" / f"{name}.py"
     query_file.parent.mkdir(parents=True, exist_ok=True)
     query_file.write_text(QUERY_TEMPLATE.format(topic=topic, result=result, name=name))
-    worker_id = f"demo-worker-{os.getpid()}"
-    env = {**os.environ, "STREAMON_BOOTSTRAP": bootstrap}
-    cmd = [sys.executable, "-m", "processors.cli", "worker", str(query_file), "--id", worker_id]
-    log_path = settings.state_dir / "demo" / f"{name}.worker.log"
-    _say(f"starting worker {worker_id} (log: {log_path})")
-    with open(log_path, "wb") as log_file:
-        worker = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    worker = WorkerProcess(
+        query_file, bootstrap=bootstrap, state_dir=settings.state_dir,
+        worker_id=f"demo-worker-{os.getpid()}",
+    )  # fmt: skip
+    _say(f"started worker {worker.worker_id} (log: {worker.log_path})")
     try:
         started = time.monotonic()
-        seen = _wait_for(bootstrap, result, records, timeout=180)
+        seen = wait_for_count(bootstrap, result, records, timeout=180, workers=[worker])
         elapsed = time.monotonic() - started
         _say(f"{seen} of {records} records reached {result} in {elapsed:.1f}s (incl. start-up)")
         time.sleep(1.5)  # one stats interval, so the status shows the final counts
         try:
-            for agent in _status(settings.state_dir, worker_id)["stats"]["agents"]:
+            for agent in worker.status()["stats"]["agents"]:
                 _say(
-                    f"agent {agent['agent']:>10}: in {agent['tuples_in']}, "
-                    f"out {agent['tuples_out']}, "
-                    f"batches {agent['batches']}, busy {agent['busy_ns'] / 1e6:.1f} ms, "
-                    f"dead letters {agent['dead_letters']}, backlog {agent['backlog_tuples']}"
+                    f"agent {agent['agent']:>11}: in {agent['tuples_in']}, "
+                    f"out {agent['tuples_out']}, batches {agent['batches']}, "
+                    f"busy {agent['busy_ns'] / 1e6:.1f} ms, dead letters {agent['dead_letters']}, "
+                    f"backlog {agent['backlog_tuples']}"
                 )
         except (OSError, KeyError, ValueError) as exc:
             _say(f"status endpoint not reachable: {exc}")
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        worker.stop()
 
     inputs = Counter(r.value for r in read_topic(bootstrap, topic))
     outputs = Counter(r.value for r in read_topic(bootstrap, result))
@@ -123,4 +93,5 @@ def run_demo(records: int = 20_000) -> int:
         )
     ok = seen >= records and lost == 0 and duplicated == 0 and len(letters) == 2
     _say("OK" if ok else "FAILED")
+    _say("the embedded broker keeps running for the next command; `streamon broker stop` stops it")
     return 0 if ok else 1

@@ -113,7 +113,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
             await self.perform_seek()
             return
         for tp, batch in records.items():
-            if not self.flow_active or self.app.consumer_generation_id != generation_id:
+            if self._interrupted(generation_id):
                 return  # rebalance: the rest is fetched again from committed offsets
             if active is not None and tp not in active and tp not in self._buffered_partitions:
                 continue
@@ -121,18 +121,29 @@ class BulkConsumer(faust_aiokafka.Consumer):
             if tp.topic in self.bulk_topics:
                 await self._deliver_block(tp, batch, generation_id)
             else:
-                await self._deliver_each(tp, batch)
+                await self._deliver_each(tp, batch, generation_id)
 
-    async def _deliver_each(self, tp: TP, batch: Iterable[Any]) -> None:
+    def _interrupted(self, generation_id: int) -> bool:
+        """A rebalance began: stop delivering (what was not delivered is fetched again)."""
+        return not self.flow_active or self.app.consumer_generation_id != generation_id
+
+    async def _deliver_each(
+        self, tp: TP, batch: Iterable[Any], generation_id: int | None = None
+    ) -> None:
         """Stock behaviour, one event per record (envelope, stats and control topics)."""
+        if generation_id is None:
+            generation_id = self.app.consumer_generation_id
+        acks_enabled = self.app.topics.acks_enabled_for(tp.topic)
         for n, record in enumerate(batch):
+            if self._interrupted(generation_id):
+                return
             if n and n % 100 == 0:
                 await asyncio.sleep(0)
             r_offset = self._read_offset[tp]
             offset = record.offset
             if r_offset is not None and offset < r_offset:
                 continue
-            if r_offset and offset - r_offset > 1:
+            if acks_enabled and r_offset and offset - r_offset > 1:
                 await self._add_gap(tp, r_offset + 1, offset)
             await self._maybe_commit()
             await self.wait_first(
@@ -148,7 +159,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
             return
         first, last = batch[0].offset, batch[-1].offset
         gap_from = r_offset + 1 if r_offset else first
-        if gap_from <= last - 1:
+        if gap_from <= last - 1 and self.app.topics.acks_enabled_for(tp.topic):
             await self._add_gap(tp, gap_from, last - 1)
         block = RecordBlock(
             tp.topic,
