@@ -2,8 +2,8 @@
 
 - ``plain``: a stock Faust agent, ``async for value in stream`` per record, each value sent on
   (the per-event baseline streamon's bulk path is compared with);
-- ``envelope``: a stock Faust agent on batch envelopes: decode, pass-through stage, encode, send
-  (the internal envelope hop).
+- ``envelope``: streamon's internal envelope hop: a stock Faust agent with the worker's settings
+  on batch envelopes: decode, pass-through stage, encode, send (through librdkafka, as workers do).
 
 Each prints ``RESULT {json}`` with its rate, measured inside the agent from the first event to
 the last, so start-up and group joins are not counted.
@@ -16,16 +16,20 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import faust
 import mode.loop
 
+from processors.runtime.producer import RecordProducer
+from processors.runtime.worker import faust_settings
 from processors.stages.base import PassThroughStage
 from topics.envelope import decode_batch, encode_batch
 
 
-def _app(name: str, bootstrap: str) -> faust.App:
+def _plain_app(name: str, bootstrap: str) -> faust.App:
+    """Faust with its documented knobs (raw serializer, linger), otherwise stock."""
     return faust.App(
         name,
         broker=f"kafka://{bootstrap}",
@@ -48,7 +52,7 @@ def _finish(result: dict[str, Any]) -> None:
 
 
 def plain(args: argparse.Namespace) -> faust.App:
-    app = _app(f"bench-plain-{args.topic}", args.bootstrap)
+    app = _plain_app(f"bench-plain-{args.out}", args.bootstrap)
     source, sink = app.topic(args.topic), app.topic(args.out)
     state = {"n": 0, "t0": 0.0}
 
@@ -72,8 +76,15 @@ def plain(args: argparse.Namespace) -> faust.App:
 
 
 def envelope(args: argparse.Namespace) -> faust.App:
-    app = _app(f"bench-envelope-{args.topic}", args.bootstrap)
-    source, sink = app.topic(args.topic), app.topic(args.out)
+    """streamon's own stage hop: the worker's Faust settings, a stock agent, envelopes."""
+    name = f"bench-envelope-{args.out}"
+    app = faust.App(
+        name,
+        web_enabled=False,
+        **faust_settings(args.bootstrap, Path(f"/tmp/streamon-bench-{name}"), 6.0),
+    )
+    source = app.topic(args.topic)
+    producer = RecordProducer(args.bootstrap)  # as in the worker: envelopes go out via librdkafka
     stage = PassThroughStage()
     state = {"n": 0, "tuples": 0, "t0": 0.0}
 
@@ -84,11 +95,11 @@ def envelope(args: argparse.Namespace) -> faust.App:
                 state["t0"] = time.perf_counter()
             batch = decode_batch(event.value)
             for out in stage.process(batch):
-                await sink.send(value=encode_batch(out), partition=event.message.partition)
+                producer.produce(args.out, encode_batch(out), partition=event.message.partition)
             state["n"] += 1
             state["tuples"] += len(batch)
             if state["n"] >= args.count:
-                await app.producer.flush()
+                producer.flush_blocking()
                 elapsed = time.perf_counter() - state["t0"]
                 _finish(
                     {

@@ -9,18 +9,18 @@ Failures split in two. Input that cannot be decoded or processed is data: it bec
 letter with the reason and the agent carries on. Output that cannot be written is not: Faust
 acks an event even when the agent raises, so carrying on could commit past lost output; the
 worker exits at once instead, without committing, and the input is delivered again on restart.
-Outputs go through Faust's producer (envelopes, tracked by :class:`SendTracker`) or
-:class:`RecordProducer` (records); both are flushed before offsets are committed.
+Every output (envelopes and records) goes through :class:`RecordProducer` (librdkafka: about
+twice the envelope throughput of Faust's Python producer here), which the consumer flushes
+before offsets are committed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
@@ -49,24 +49,6 @@ def fatal(agent: str, exc: BaseException) -> NoReturn:
 
 
 @dataclass
-class SendTracker:
-    """Futures of envelopes sent through Faust; all must succeed before offsets commit."""
-
-    pending: list[asyncio.Future] = field(default_factory=list)
-
-    def track(self, future: asyncio.Future) -> None:
-        self.pending.append(future)
-
-    async def flush(self) -> None:
-        pending, self.pending = self.pending, []
-        for future in pending:
-            try:
-                await future
-            except Exception as exc:
-                fatal("envelope producer", exc)
-
-
-@dataclass
 class AgentContext:
     """What every agent of one worker shares."""
 
@@ -74,14 +56,21 @@ class AgentContext:
     board: StatsBoard
     dead_letters: DeadLetters
     producer: RecordProducer
-    sends: SendTracker = field(default_factory=SendTracker)
 
-    async def send_envelopes(self, agent: str, topic: Any, batch: Batch, partition: int) -> None:
+    def send_envelopes(self, agent: str, topic: str, batch: Batch, partition: int) -> None:
+        """Queue ``batch`` as envelopes on ``topic``; delivery is checked before commits."""
         try:
             for payload in encode_envelopes(batch):
-                self.sends.track(await topic.send(value=payload, partition=partition))
+                self.producer.produce(topic, payload, partition=partition)
         except Exception as exc:
             fatal(agent, exc)
+
+    async def flush(self) -> None:
+        """The commit hook: every output acknowledged, or the process ends without commit."""
+        try:
+            await self.producer.flush()
+        except Exception as exc:
+            fatal("output producer", exc)
 
 
 def _key_column(keys: list[bytes | None], good: np.ndarray) -> VarColumn | None:
@@ -131,7 +120,6 @@ def add_ingest_agent(
 ) -> AgentStats:
     """External records -> envelopes, partition by partition."""
     source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
-    out = ctx.app.topic(out_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, "ingest")
     stats.topic = source_topic
 
@@ -153,7 +141,7 @@ def add_ingest_agent(
                     )  # fmt: skip
                 batch = None
             if batch is not None and len(batch):
-                await ctx.send_envelopes(name, out, batch, block.partition)
+                ctx.send_envelopes(name, out_topic, batch, block.partition)
             stats.dead_letters += ctx.dead_letters.count - dead_before
             n_out = 0 if batch is None else len(batch)
             nbytes = sum(map(len, filter(None, block.values)))
@@ -174,7 +162,6 @@ def add_stage_agent(
 ) -> AgentStats:
     """Envelopes -> stage -> envelopes, one stage instance per partition."""
     source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
-    out = ctx.app.topic(out_topic, value_serializer="raw", key_serializer="raw")
     stages: dict[int, Stage] = {}
     stats = ctx.board.agent(
         name, name, plan=lambda: {str(p): s.stats() for p, s in sorted(stages.items())}
@@ -193,7 +180,7 @@ def add_stage_agent(
             started = time.perf_counter_ns()
             batch, outputs = _guarded(ctx, stats, name, message, process)
             for output in outputs:
-                await ctx.send_envelopes(name, out, output, message.partition)
+                ctx.send_envelopes(name, out_topic, output, message.partition)
             n_in = 0 if batch is None else len(batch)
             n_out = sum(len(o) for o in outputs)
             stats.record(n_in, n_out, time.perf_counter_ns() - started, 1, len(message.value))

@@ -90,41 +90,46 @@ def plan_pipeline(plan: LogicalPlan) -> Pipeline:
     return Pipeline({stream.name: ingest}, [("passthrough", ingest, out)], out, specs)
 
 
+def faust_settings(bootstrap: str, datadir: Path, session_timeout_s: float) -> dict[str, Any]:
+    """The Faust settings every streamon app uses (see docs/faust-fast-path.md)."""
+    return {
+        "broker": ";".join(f"kafka://{host}" for host in bootstrap.split(",")),
+        "value_serializer": "raw",
+        "key_serializer": "raw",
+        "datadir": str(datadir),
+        "broker_session_timeout": session_timeout_s,
+        "broker_heartbeat_interval": max(0.5, session_timeout_s / 4),
+        "broker_commit_interval": 1.0,
+        "broker_max_poll_records": 20_000,
+        "consumer_max_fetch_size": 8 * 1024 * 1024,
+        "consumer_auto_offset_reset": "earliest",
+        "producer_linger": 0.005,
+        "producer_max_batch_size": 524_288,
+        "topic_disable_leader": True,
+        "topic_replication_factor": 1,
+    }
+
+
 def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, dict[str, Any]]:
     """A Faust app with the plan's agents, stats timer and status page."""
     pipeline = plan_pipeline(plan)
     datadir = options.state_dir / "faust" / options.worker_id
     datadir.mkdir(parents=True, exist_ok=True)
-    heartbeat = max(0.5, options.session_timeout_s / 4)
     app = BulkApp(
         f"streamon-{plan.name}",
-        broker=";".join(f"kafka://{host}" for host in options.bootstrap.split(",")),
         bulk_topics=[s.topic for s in plan.streams],
-        value_serializer="raw",
-        key_serializer="raw",
-        datadir=str(datadir),
-        broker_session_timeout=options.session_timeout_s,
-        broker_heartbeat_interval=heartbeat,
-        broker_commit_interval=1.0,
-        broker_max_poll_records=20_000,
-        consumer_max_fetch_size=8 * 1024 * 1024,
-        consumer_auto_offset_reset="earliest",
-        producer_linger=0.005,
-        producer_max_batch_size=524_288,
-        topic_disable_leader=True,
-        topic_replication_factor=1,
         web_enabled=options.web_port is not None,
         web_port=options.web_port or 6066,
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
+        **faust_settings(options.bootstrap, datadir, options.session_timeout_s),
     )
     producer = RecordProducer(options.bootstrap)
     board = StatsBoard(options.worker_id, plan.name)
     ctx = AgentContext(
         app, board, DeadLetters(producer, DEAD_LETTER_TOPIC, options.worker_id), producer
     )
-    # before offsets commit: every envelope sent, every record acknowledged
-    app.flush_hooks.extend([ctx.sends.flush, producer.flush])
+    app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
 
     for stream in plan.streams:
         codec = RecordCodec(stream.schema, registry=_registry(options))
