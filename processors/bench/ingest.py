@@ -111,7 +111,7 @@ def _pipeline_rate(bootstrap: str, state_dir: Path, topic: str, count: int, run:
 def _envelope_rate(bootstrap: str, topic: str, envelopes: int, tuples_per_envelope: int) -> float:
     ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS), TopicSpec(f"{topic}-out", PARTITIONS)])
     payload = encode_batch(reading_columns(tuples_per_envelope, seed=3))
-    producer = RecordProducer(bootstrap, {"message.max.bytes": 16 * 1024 * 1024})
+    producer = RecordProducer(bootstrap)
     for i in range(envelopes):
         producer.produce(topic, payload, partition=i % PARTITIONS)
     producer.close()
@@ -138,8 +138,10 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
     _say(f"plain Faust agent (first {plain_records} records): {plain:,.0f} records/s")
     pipeline = _pipeline_rate(bootstrap, settings.state_dir, topic, records, run)
     _say(f"streamon ingest -> pass-through -> sink: {pipeline:,.0f} records/s")
-    envelope = _envelope_rate(bootstrap, f"{run}.envelopes", 2000, 1000)
-    _say(f"envelope hop (1000 tuples per envelope): {envelope:,.0f} tuples/s")
+    envelope = _envelope_rate(bootstrap, f"{run}.envelopes", 4000, 1000)
+    _say(f"envelope hop (1,000 tuples per envelope): {envelope:,.0f} tuples/s")
+    envelope_5k = _envelope_rate(bootstrap, f"{run}.envelopes5k", 1000, 5000)
+    _say(f"envelope hop (5,000 tuples per envelope): {envelope_5k:,.0f} tuples/s")
 
     results = {
         "records": records,
@@ -147,6 +149,7 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
         "faust_plain_rate": plain,
         "pipeline_rate": pipeline,
         "envelope_tuples_per_s": envelope,
+        "envelope_tuples_per_s_5000": envelope_5k,
         "pipeline_vs_raw": pipeline / raw,
         "pipeline_vs_faust_plain": pipeline / plain,
     }
