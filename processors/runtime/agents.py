@@ -161,12 +161,7 @@ def add_stage_agent(
     make_stage: Callable[[int], Stage],
 ) -> AgentStats:
     """Envelopes -> stage -> envelopes, one stage instance per partition."""
-    source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
     stages: dict[int, Stage] = {}
-    stats = ctx.board.agent(
-        name, name, plan=lambda: {str(p): s.stats() for p, s in sorted(stages.items())}
-    )
-    stats.topic = in_topic
 
     def process(batch: Batch, partition: int) -> list[Batch]:
         stage = stages.get(partition)
@@ -174,20 +169,15 @@ def add_stage_agent(
             stage = stages[partition] = make_stage(partition)
         return stage.process(batch)
 
-    async def run(events: Any) -> None:
-        async for event in events.events():
-            message = event.message
-            started = time.perf_counter_ns()
-            batch, outputs = _guarded(ctx, stats, name, message, process)
-            for output in outputs:
-                ctx.send_envelopes(name, out_topic, output, message.partition)
-            n_in = 0 if batch is None else len(batch)
-            n_out = sum(len(o) for o in outputs)
-            stats.record(n_in, n_out, time.perf_counter_ns() - started, 1, len(message.value))
-            stats.positions[message.partition] = message.offset + 1
+    def emit(outputs: list[Batch], partition: int) -> int:
+        for output in outputs:
+            ctx.send_envelopes(name, out_topic, output, partition)
+        return sum(len(o) for o in outputs)
 
-    ctx.app.agent(source, name=name)(run)
-    return stats
+    def plan() -> dict[str, Any]:
+        return {str(p): s.stats() for p, s in sorted(stages.items())}
+
+    return _envelope_agent(ctx, name, in_topic, process, emit, plan)
 
 
 def add_sink_agent(
@@ -200,36 +190,53 @@ def add_sink_agent(
     result_partitions: int,
 ) -> AgentStats:
     """Envelopes -> one Avro record per message on the result topic; deletes get a sign header."""
+    Encoded = tuple[Batch, np.ndarray, np.ndarray]
+
+    def encode(batch: Batch, partition: int) -> list[Encoded]:
+        return [(batch, *codec.encode_many(batch.columns, len(batch)))]
+
+    def emit(encoded: list[Encoded], partition: int) -> int:
+        for batch, buf, offsets in encoded:
+            try:
+                ctx.producer.produce_many(
+                    result_topic,
+                    buf,
+                    offsets,
+                    keys=batch.key,
+                    partition=partition % result_partitions,
+                    signs=batch.sign if bool((batch.sign < 0).any()) else None,
+                )
+            except Exception as exc:
+                fatal(name, exc)
+        return sum(len(batch) for batch, _, _ in encoded)
+
+    return _envelope_agent(ctx, name, in_topic, encode, emit, dict)
+
+
+def _envelope_agent(
+    ctx: AgentContext,
+    name: str,
+    in_topic: str,
+    work: Callable[[Batch, int], list[Any]],
+    emit: Callable[[list[Any], int], int],
+    plan: Callable[[], dict[str, Any]],
+) -> AgentStats:
+    """A stock agent over an envelope topic: decode, ``work``, ``emit`` (returns tuples out)."""
     source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
-    stats = ctx.board.agent(name, "sink")
+    stats = ctx.board.agent(name, name, plan=plan)
     stats.topic = in_topic
 
-    def encode(batch: Batch, partition: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        return [codec.encode_many(batch.columns, len(batch))]
-
-    async def sink(events: Any) -> None:
+    async def run(events: Any) -> None:
         async for event in events.events():
             message = event.message
             started = time.perf_counter_ns()
-            batch, encoded = _guarded(ctx, stats, name, message, encode)
-            if batch is not None and encoded:
-                buf, offsets = encoded[0]
-                try:
-                    ctx.producer.produce_many(
-                        result_topic,
-                        buf,
-                        offsets,
-                        keys=batch.key,
-                        partition=message.partition % result_partitions,
-                        signs=batch.sign if bool((batch.sign < 0).any()) else None,
-                    )
-                except Exception as exc:
-                    fatal(name, exc)
-            n = 0 if batch is None else len(batch)
-            stats.record(n, n, time.perf_counter_ns() - started, 1, len(message.value))
+            batch, outputs = _guarded(ctx, stats, name, message, work)
+            n_out = emit(outputs, message.partition)
+            n_in = 0 if batch is None else len(batch)
+            stats.record(n_in, n_out, time.perf_counter_ns() - started, 1, len(message.value))
             stats.positions[message.partition] = message.offset + 1
 
-    ctx.app.agent(source, name=name)(sink)
+    ctx.app.agent(source, name=name)(run)
     return stats
 
 

@@ -8,78 +8,32 @@ that removes or changes any of them fails here with a message naming the interna
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import faust
-import numpy as np
 import pytest
-
-T = TypeVar("T")
-TESTED_FAUST = "0.15."
-BULK_TOPIC = "readings"
-OTHER_TOPIC = "envelopes"
-
-
-def relied_on(name: str, problem: str) -> str:
-    """The failure message: which internal changed, and that faust_bulk relies on it."""
-    return (
-        f"Faust internal {name} {problem}; faust_bulk relies on it "
-        "(processors/runtime/faust_bulk.py): adapt faust_bulk to this Faust and re-run the "
-        "integration tests (tests/integration) before upgrading"
-    )
-
-
-try:  # a missing module or name must fail loudly, not as a bare collection ImportError
-    from aiokafka.errors import ConsumerStoppedError
-    from aiokafka.structs import ConsumerRecord
-    from faust.serializers.codecs import get_codec
-    from faust.transport import base as faust_base
-    from faust.transport import consumer as faust_consumer
-    from faust.transport.drivers import aiokafka as faust_aiokafka
-    from faust.types import TP
-    from faust.types.tuples import ConsumerMessage
-
-    from processors.runtime.faust_bulk import BulkApp, BulkConsumer, BulkTransport, RecordBlock
-except ImportError as exc:
-    pytest.fail(relied_on(f"import ({exc})", "failed"), pytrace=False)
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on a fresh event loop (no pytest-asyncio here)."""
-    return asyncio.run(coro)
-
-
-def record(offset: int, value: bytes | None = b"v", topic: str = BULK_TOPIC) -> ConsumerRecord:
-    """An aiokafka record as the driver's fetcher returns it."""
-    size = 0 if value is None else len(value)
-    return ConsumerRecord(topic, 0, offset, 1000 * offset, 0, b"k", value, None, 1, size, [])
-
-
-async def no_op(*_: Any) -> None:
-    """A rebalance callback that does nothing."""
-
-
-def make_consumer(
-    callback: Callable[[Any], Awaitable[None]] | None = None,
-) -> tuple[BulkApp, BulkConsumer]:
-    """A BulkApp on an unreachable broker and its (never started) consumer; call inside a loop."""
-    app = BulkApp(
-        "faust-bulk-contract",
-        broker="kafka://localhost:1",
-        bulk_topics=[BULK_TOPIC],
-        value_serializer="raw",
-        key_serializer="raw",
-    )
-    consumer = app._new_transport().create_consumer(
-        callback=callback or no_op, on_partitions_revoked=no_op, on_partitions_assigned=no_op
-    )
-    assert isinstance(consumer, BulkConsumer)
-    return app, consumer
-
+from faust_helpers import (
+    BULK_TOPIC,
+    TESTED_FAUST,
+    TP,
+    BulkApp,
+    BulkConsumer,
+    BulkTransport,
+    ConsumerMessage,
+    ConsumerStoppedError,
+    RecordBlock,
+    faust_aiokafka,
+    faust_base,
+    faust_consumer,
+    get_codec,
+    make_consumer,
+    no_op,
+    relied_on,
+    run,
+)
 
 # -- version and classes ----------------------------------------------------------------------
 
@@ -325,215 +279,3 @@ def test_app_new_transport_is_what_app_transport_uses() -> None:
         )
 
     run(body())
-
-
-# -- behaviour: one ack commits a whole block -------------------------------------------------
-
-
-def test_gap_plus_one_ack_commits_the_whole_block() -> None:
-    async def body() -> None:
-        _, c = make_consumer()
-        tp = TP(BULK_TOPIC, 0)
-        c._committed_offset[tp] = 10
-        await c._add_gap(tp, 10, 18)
-        c._acked[tp].append(19)  # what ack() does for the block's event (its last offset)
-        assert c._new_offset(tp) == 20, relied_on(
-            "Consumer._add_gap/_acked/_new_offset", "no longer commit a gap with one ack"
-        )
-        assert c._acked[tp] == [] and len(c._gap[tp]) == 0
-
-    run(body())
-
-
-def test_real_ack_of_a_block_event_commits_the_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def body() -> None:
-        app, c = make_consumer()
-        monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: topic == BULK_TOPIC)
-        tp = TP(BULK_TOPIC, 0)
-        c._committed_offset[tp] = 10
-        await c._add_gap(tp, 10, 18)
-        msg = ConsumerMessage(BULK_TOPIC, 0, 19, 19.0, 0, (), None, None, None, 0, 0, tp)
-        assert c.ack(msg) is True and c._n_acked == 1
-        assert c._new_offset(tp) == 20
-
-    run(body())
-
-
-def test_deliver_block_after_a_seek_registers_gap_and_commits_on_one_ack(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async def body() -> None:
-        got: list[ConsumerMessage] = []
-
-        async def callback(message: ConsumerMessage) -> None:
-            got.append(message)
-
-        app, c = make_consumer(callback)
-        monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: topic == BULK_TOPIC)
-        tp = TP(BULK_TOPIC, 0)
-        # as after perform_seek() to committed offset 10: records 8 and 9 are re-fetched
-        c._read_offset[tp] = 10
-        c._committed_offset[tp] = 10
-        values = [b"v%d" % o for o in range(8, 20)]
-        await c._deliver_block(
-            tp, [record(o, v) for o, v in zip(range(8, 20), values, strict=True)], 3
-        )
-
-        assert len(got) == 1
-        msg = got[0]
-        block = msg.value
-        assert isinstance(block, RecordBlock)
-        assert (msg.topic, msg.partition, msg.offset, msg.tp) == (BULK_TOPIC, 0, 19, tp)
-        assert (msg.timestamp, msg.generation_id, msg.key) == (19.0, 3, None)
-        assert msg.serialized_value_size == sum(len(v) for v in values[2:])
-        assert block.offsets == list(range(10, 20))
-        assert block.timestamps == [1000 * o for o in range(10, 20)]
-        assert block.values == values[2:] and block.keys == [b"k"] * 10
-        assert [(i.begin, i.end) for i in sorted(c._gap[tp])] == [(11, 19)]
-        assert c._read_offset[tp] == 19
-
-        assert c.ack(msg) is True
-        assert c._new_offset(tp) == 20
-
-    run(body())
-
-
-def test_deliver_block_from_the_start_commits_first_to_last(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async def body() -> None:
-        got: list[ConsumerMessage] = []
-
-        async def callback(message: ConsumerMessage) -> None:
-            got.append(message)
-
-        app, c = make_consumer(callback)
-        monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: True)
-        tp = TP(BULK_TOPIC, 0)
-        await c._deliver_block(tp, [record(o) for o in range(0, 5)], 1)
-        await c._deliver_block(tp, [record(o) for o in range(5, 9)], 1)
-        assert [m.offset for m in got] == [4, 8]
-        assert [m.value.offsets for m in got] == [[0, 1, 2, 3, 4], [5, 6, 7, 8]]
-        assert c.ack(got[0]) is True
-        assert c._new_offset(tp) == 5
-        assert c.ack(got[1]) is True
-        assert c._new_offset(tp) == 9
-
-    run(body())
-
-
-def test_drain_messages_delivers_bulk_topics_as_blocks_and_others_one_by_one(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    async def body() -> None:
-        got: list[ConsumerMessage] = []
-        fetcher_stopped = asyncio.Event()
-
-        async def callback(message: ConsumerMessage) -> None:
-            got.append(message)
-
-        app, c = make_consumer(callback)
-        bulk, other = TP(BULK_TOPIC, 0), TP(OTHER_TOPIC, 1)
-        batches = [
-            {
-                bulk: [record(o) for o in range(3)],
-                other: [record(o, topic=OTHER_TOPIC) for o in range(2)],
-            }
-        ]
-
-        async def wait_next_records(timeout: float) -> tuple[dict, set[TP]]:
-            assert timeout == 1.0
-            if not batches:
-                fetcher_stopped.set()
-                return {}, {bulk, other}
-            return batches.pop(), {bulk, other}
-
-        monkeypatch.setattr(c, "_wait_next_records", wait_next_records)
-        monkeypatch.setattr(c, "highwater", lambda tp: 100)
-        app.consumer_generation_id = 2
-        fetcher = type("Fetcher", (), {"_stopped": fetcher_stopped})()
-        await asyncio.wait_for(c._drain_messages(fetcher), 5)
-
-        assert [(m.topic, m.offset, type(m.value).__name__) for m in got] == [
-            (BULK_TOPIC, 2, "RecordBlock"),
-            (OTHER_TOPIC, 0, "bytes"),
-            (OTHER_TOPIC, 1, "bytes"),
-        ]
-        assert got[0].value.offsets == [0, 1, 2]
-        assert [m.generation_id for m in got] == [2, 2, 2]
-        assert (c._read_offset[bulk], c._read_offset[other]) == (2, 1)
-        assert faust_consumer.CONSUMER_FETCHING not in c.diag.flags
-
-    run(body())
-
-
-def test_commit_runs_flush_hooks_before_faust_commits(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[object] = []
-
-    async def faust_commit(self: Any, offsets: Any) -> bool:
-        calls.append(("commit", dict(offsets)))
-        return True
-
-    async def flush() -> None:
-        calls.append("flush")
-
-    monkeypatch.setattr(faust_aiokafka.Consumer, "_commit", faust_commit)
-
-    async def body() -> None:
-        app, c = make_consumer()
-        app.flush_hooks.append(flush)
-        assert await c._commit({TP(BULK_TOPIC, 0): 20}) is True
-
-    run(body())
-    assert calls == ["flush", ("commit", {TP(BULK_TOPIC, 0): 20})]
-
-
-# -- known deviations from stock Faust (see the report; remove xfail once fixed) --------------
-
-
-def test_deliver_each_registers_no_gaps_for_topics_without_acks() -> None:
-    async def body() -> None:
-        app, c = make_consumer()
-        tp = TP("app-table-changelog", 0)
-        assert not app.topics.acks_enabled_for(tp.topic)
-        await c._deliver_each(tp, [record(o, topic=tp.topic) for o in (1, 3, 5)])
-        assert c._read_offset[tp] == 5
-        assert len(c._gap[tp]) == 0
-
-    run(body())
-
-
-def test_deliver_each_stops_when_the_flow_stops() -> None:
-    async def body() -> None:
-        got: list[int] = []
-
-        async def callback(message: ConsumerMessage) -> None:
-            got.append(message.offset)
-            c.stop_flow()  # a rebalance begins while the first record is handled
-
-        _, c = make_consumer(callback)
-        tp = TP(OTHER_TOPIC, 0)
-        await c._deliver_each(tp, [record(o, topic=OTHER_TOPIC) for o in range(5)])
-        assert got == [0]
-
-    run(body())
-
-
-# -- RecordBlock ------------------------------------------------------------------------------
-
-
-def test_record_block_packed_values_exact() -> None:
-    values: list[bytes | None] = [b"abc", None, b"", b"\x00\xff", "é".encode()]
-    block = RecordBlock(BULK_TOPIC, 3, [5, 6, 7, 8, 9], [1, 2, 3, 4, 5], [None] * 5, values)
-    data, offsets = block.packed_values()
-    assert len(block) == 5
-    assert data.dtype == np.uint8 and offsets.dtype == np.int64
-    assert data.tobytes() == b"abc\x00\xff\xc3\xa9"
-    assert offsets.tolist() == [0, 3, 3, 3, 5, 7]
-    unpacked = [data[offsets[i] : offsets[i + 1]].tobytes() for i in range(5)]
-    assert unpacked == [b"abc", b"", b"", b"\x00\xff", b"\xc3\xa9"]
-
-
-def test_record_block_packed_values_empty() -> None:
-    data, offsets = RecordBlock(BULK_TOPIC, 0, [], [], [], []).packed_values()
-    assert data.tobytes() == b"" and offsets.tolist() == [0]
