@@ -15,7 +15,7 @@ import pytest
 
 from processors.runtime.launcher import WorkerProcess, wait_for_count
 from processors.runtime.publish import publish_batch, publish_raw
-from processors.runtime.worker import DEAD_LETTER_TOPIC
+from processors.runtime.worker import DEAD_LETTER_TOPIC, STATS_TOPIC
 from processors.workloads.examples import reading_columns
 from topics.admin import ensure_topics, high_watermarks, read_topic
 from topics.avro import SchemaStore, decode_single_object, load_schema
@@ -102,6 +102,27 @@ def test_one_worker_passes_every_record_exactly_once(pipeline: Pipeline) -> None
     assert by_agent["ingest.r"]["tuples_in"] == 20_000
     assert by_agent["sink"]["tuples_out"] == 20_000
     assert status["plan"]["output"]["topic"] == pipeline.result
+    # the per-interval Stats records on the stats topic add up to the same counts
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        totals = _stats_totals(pipeline)
+        if totals.get(("ingest.r", "tuples_in")) == 20_000:
+            break
+        time.sleep(1)
+    assert totals[("ingest.r", "tuples_in")] == 20_000
+    assert totals[("sink", "tuples_out")] == 20_000
+    assert totals[("passthrough", "tuples_out")] == 20_000
+
+
+def _stats_totals(pipeline: Pipeline) -> Counter:
+    """Sum of the Stats records of this pipeline's query, per (agent, counter)."""
+    schema, store, totals = load_schema("stats"), SchemaStore(), Counter()
+    for r in read_topic(pipeline.bootstrap, STATS_TOPIC):
+        stats = decode_single_object(r.value, schema, store)
+        if stats["query"] == pipeline.name:
+            for counter in ("tuples_in", "tuples_out"):
+                totals[(stats["agent"], counter)] += stats[counter]
+    return totals
 
 
 def test_two_workers_share_the_partitions(pipeline: Pipeline) -> None:
