@@ -68,6 +68,10 @@ def _bench(args: argparse.Namespace) -> int:
         from processors.bench.ingest import run_ingest_bench
 
         results = run_ingest_bench(records=args.records)
+    elif args.what == "codec":
+        from processors.bench.codec import measure_codec
+
+        results = measure_codec()
     else:
         from processors.bench.envelope_codecs import measure_envelope_codecs
 
@@ -108,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks")
-    bench.add_argument("what", choices=["ingest", "envelope"])
+    bench.add_argument("what", choices=["ingest", "codec", "envelope"])
     bench.add_argument("--records", type=int, default=500_000)
     bench.add_argument("--json", default=None, help="write the results to this JSON file")
     bench.set_defaults(func=_bench)

@@ -110,8 +110,8 @@ def faust_settings(bootstrap: str, datadir: Path, session_timeout_s: float) -> d
     }
 
 
-def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, dict[str, Any]]:
-    """A Faust app with the plan's agents, stats timer and status page."""
+def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, RecordProducer]:
+    """A Faust app with the plan's agents, stats timer and status page, and its output producer."""
     pipeline = plan_pipeline(plan)
     datadir = options.state_dir / "faust" / options.worker_id
     datadir.mkdir(parents=True, exist_ok=True)
@@ -173,8 +173,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, dict[
     async def plan_page(web: Any, request: Any) -> Any:
         return web.json(status["plan"])
 
-    app.streamon = {"pipeline": pipeline, "producer": producer, "board": board}  # type: ignore[attr-defined]
-    return app, {"pipeline": pipeline, "producer": producer, "board": board, "status": status}
+    return app, producer
 
 
 def _stage_factory(name: str) -> Any:
@@ -199,10 +198,6 @@ def _assignment(app: BulkApp) -> list[str]:
         return []
 
 
-def describe(plan: LogicalPlan) -> str:
-    return json.dumps(plan.to_json(), indent=2)
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -220,7 +215,7 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     if options.web_port == 0:
         options.web_port = free_port()
     ensure_topics(options.bootstrap, plan_pipeline(plan).specs)
-    app, runtime = build_app(plan, options)
+    app, producer = build_app(plan, options)
     info = options.state_dir / "workers" / f"{options.worker_id}.json"
     info.parent.mkdir(parents=True, exist_ok=True)
     web = f"http://127.0.0.1:{options.web_port}/streamon/status" if options.web_port else None
@@ -232,5 +227,5 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     try:
         worker.execute_from_commandline()
     finally:
-        runtime["producer"].close()
+        producer.close()
         info.unlink(missing_ok=True)
