@@ -73,21 +73,36 @@ class AgentContext:
             fatal("output producer", exc)
 
 
-def _key_column(keys: list[bytes | None], good: np.ndarray) -> VarColumn | None:
-    """Kafka keys of the decoded records as a column; None when any key is missing."""
-    chosen = [keys[i] for i in good.tolist()]
-    if not chosen or any(k is None for k in chosen):
-        return None
-    lengths = np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
-    offsets = np.zeros(len(chosen) + 1, dtype=np.int64)
+def _key_column(keys: list[bytes]) -> VarColumn:
+    """Kafka keys as a binary column."""
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    data = np.frombuffer(b"".join(chosen), dtype=np.uint8)  # type: ignore[arg-type]
-    return VarColumn(offsets, data, utf8=False)
+    return VarColumn(offsets, np.frombuffer(b"".join(keys), dtype=np.uint8), utf8=False)
 
 
-def _block_to_batch(
+def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
+    """``batch`` with the Kafka keys of its tuples, in order.
+
+    A batch's key column is all or nothing, so a run of records without keys becomes a batch of
+    its own: keyed records keep their keys and unkeyed ones stay unkeyed.
+    """
+    present = np.fromiter((k is not None for k in keys), dtype=np.bool_, count=len(keys))
+    if not len(keys) or not present.any():
+        return [batch]
+    bounds = [0, *(np.flatnonzero(np.diff(present.view(np.int8))) + 1).tolist(), len(keys)]
+    parts = []
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        part = batch if (start, stop) == (0, len(keys)) else batch.slice(start, stop)
+        if present[start]:
+            part.key = _key_column(keys[start:stop])  # type: ignore[arg-type]
+        parts.append(part)
+    return parts
+
+
+def _block_to_batches(
     ctx: AgentContext, name: str, block: RecordBlock, codec: RecordCodec, ts_field: str | None
-) -> Batch:
+) -> list[Batch]:
     """Bulk-decode a block; undecodable records become dead letters."""
     buf, offsets = block.packed_values()
     result = codec.decode_many(buf, offsets)
@@ -106,7 +121,8 @@ def _block_to_batch(
         ts = np.asarray(result.columns[ts_field], dtype=np.int64)
     else:
         ts = np.asarray(block.timestamps, dtype=np.int64)[good]
-    return Batch(result.columns, np.ones(len(good), np.int8), ts, _key_column(block.keys, good))
+    batch = Batch(result.columns, np.ones(len(good), np.int8), ts)
+    return with_keys(batch, [block.keys[i] for i in good.tolist()])
 
 
 def add_ingest_agent(
@@ -130,7 +146,7 @@ def add_ingest_agent(
             started = time.perf_counter_ns()
             dead_before = ctx.dead_letters.count
             try:
-                batch = _block_to_batch(ctx, name, block, codec, timestamp_field)
+                batches = _block_to_batches(ctx, name, block, codec, timestamp_field)
             except Exception as exc:  # a bug or input nobody foresaw: keep every record
                 log.exception("ingest %s failed on a block of %d records", name, len(block))
                 for i in range(len(block)):
@@ -139,11 +155,12 @@ def add_ingest_agent(
                         offset=block.offsets[i], key=block.keys[i], value=block.values[i],
                         reason=f"ingest failed: {exc!r}", stage=name,
                     )  # fmt: skip
-                batch = None
-            if batch is not None and len(batch):
-                ctx.send_envelopes(name, out_topic, batch, block.partition)
+                batches = []
+            for batch in batches:
+                if len(batch):
+                    ctx.send_envelopes(name, out_topic, batch, block.partition)
             stats.dead_letters += ctx.dead_letters.count - dead_before
-            n_out = 0 if batch is None else len(batch)
+            n_out = sum(len(batch) for batch in batches)
             nbytes = sum(map(len, filter(None, block.values)))
             stats.record(len(block), n_out, time.perf_counter_ns() - started, len(block), nbytes)
             stats.positions[block.partition] = block.offsets[-1] + 1

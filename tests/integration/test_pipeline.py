@@ -189,14 +189,18 @@ def test_malformed_records_go_to_dead_letters_and_the_pipeline_continues(
         reading_columns(1, seed=5).rows()[0]
     )[:10]
     bad = [b"", b"plain text", b"\xc3\x01" + b"\x00" * 8 + b"\x02", good_header + b"\x80"]
+    codec = RecordCodec(load_schema("reading"))
+    unkeyed = [codec.encode_one(row) for row in reading_columns(3, seed=32, start_ms=5).rows()]
     pipeline.publish(1_000, seed=30)
     publish_raw(pipeline.bootstrap, pipeline.topic, bad, key=b"bad")
+    publish_raw(pipeline.bootstrap, pipeline.topic, unkeyed, key=None)
     pipeline.publish(1_000, seed=31)
     pipeline.start("w1")
-    pipeline.wait(2_000)
+    pipeline.wait(2_003)
     outputs = pipeline.outputs()
-    assert sum(outputs.values()) == 2_000
+    assert sum(outputs.values()) == 2_003
     assert outputs == Counter({k: v for k, v in pipeline.inputs().items() if k[0] != b"bad"})
+    assert sorted(v for (k, v) in outputs if k is None) == sorted(unkeyed)
     store, schema = SchemaStore(), load_schema("dead_letter")
     letters = [
         decode_single_object(r.value, schema, store)
