@@ -101,11 +101,15 @@ def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
 
 
 def _block_to_batches(
-    ctx: AgentContext, name: str, block: RecordBlock, codec: RecordCodec, ts_field: str | None
+    ctx: AgentContext,
+    name: str,
+    block: RecordBlock,
+    packed: tuple[np.ndarray, np.ndarray],
+    codec: RecordCodec,
+    ts_field: str | None,
 ) -> list[Batch]:
-    """Bulk-decode a block; undecodable records become dead letters."""
-    buf, offsets = block.packed_values()
-    result = codec.decode_many(buf, offsets)
+    """Bulk-decode a block's packed values; undecodable records become dead letters."""
+    result = codec.decode_many(*packed)
     for index, reason in result.errors:
         ctx.dead_letters.send(
             source_topic=block.topic,
@@ -145,8 +149,9 @@ def add_ingest_agent(
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
             started = time.perf_counter_ns()
             dead_before = ctx.dead_letters.count
+            packed = block.packed_values()
             try:
-                batches = _block_to_batches(ctx, name, block, codec, timestamp_field)
+                batches = _block_to_batches(ctx, name, block, packed, codec, timestamp_field)
             except Exception as exc:  # a bug or input nobody foresaw: keep every record
                 log.exception("ingest %s failed on a block of %d records", name, len(block))
                 for i in range(len(block)):
@@ -161,7 +166,7 @@ def add_ingest_agent(
                     ctx.send_envelopes(name, out_topic, batch, block.partition)
             stats.dead_letters += ctx.dead_letters.count - dead_before
             n_out = sum(len(batch) for batch in batches)
-            nbytes = sum(map(len, filter(None, block.values)))
+            nbytes = int(packed[1][-1])
             stats.record(len(block), n_out, time.perf_counter_ns() - started, len(block), nbytes)
             stats.positions[block.partition] = block.offsets[-1] + 1
 
