@@ -40,6 +40,9 @@ class RecordProducer:
             "queue.buffering.max.kbytes": 1_048_576,
             "partitioner": "murmur2_random",  # same key -> partition mapping as Java clients
             "acks": "all",
+            # retries must neither reorder a partition (later stages rely on its order) nor
+            # duplicate a record
+            "enable.idempotence": True,
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
         }
