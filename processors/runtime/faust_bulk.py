@@ -10,7 +10,9 @@ consumer's gap tracker, so acking the block's event commits the whole run.
 **Everything in streamon that touches Faust internals lives here.** It relies on:
 
 - ``faust.transport.drivers.aiokafka.Consumer`` and ``Transport`` (subclassed);
-- private consumer members: ``_drain_messages`` (replaced), ``_wait_next_records``,
+- private consumer members: ``_drain_messages`` and ``_new_offset`` (replaced; the latter
+  keeps Faust's semantics on intervals), ``_acked``, ``_acked_index``, ``_gap``,
+  ``_committed_offset``, ``_wait_next_records``,
   ``_to_message``, ``_read_offset``, ``_add_gap``, ``_n_acked``, ``_commit_every``,
   ``_commit`` (wrapped, to flush external producers before offsets are committed),
   ``scheduler``, ``flow_active``, ``callback``, ``consumer_stopped_errors``, ``diag``;
@@ -25,6 +27,7 @@ the behaviour (exact counts across restarts); a Faust upgrade that breaks them f
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -84,6 +87,38 @@ class BulkConsumer(faust_aiokafka.Consumer):
         for hook in self.flush_hooks:
             await hook()
         return await super()._commit(offsets)
+
+    def _new_offset(self, tp: TP) -> int | None:  # replaces Consumer._new_offset
+        """The offset to commit: the end of the first run of done offsets, or None.
+
+        Same answer as Faust's, computed on intervals: Faust expands every gap interval into
+        single offsets and groups them in Python at each commit, which costs about 0.4 µs per
+        record of a bulk block (several % of a core at 200k records/s). Here the acked offsets
+        (one per event) and the gap intervals are merged as ranges.
+        """
+        acked = self._acked[tp]
+        if not acked:
+            return None
+        acked.sort()
+        runs = [(offset, offset + 1) for offset in acked]
+        gap = self._gap[tp]
+        if gap:
+            runs.extend((iv.begin, iv.end) for iv in gap.overlap(0, acked[-1]))
+            runs.sort()
+        start, end = runs[0]
+        committed = self._committed_offset[tp]
+        if committed and start - committed > 1:
+            return None  # the offsets right after the committed one are not done yet
+        for begin, stop in runs[1:]:
+            if begin > end:
+                break
+            end = max(end, stop)
+        done = bisect.bisect_left(acked, end)
+        self._acked_index[tp].difference_update(acked[:done])
+        del acked[:done]
+        if gap:
+            gap.chop(0, end)
+        return end
 
     async def _drain_messages(self, fetcher: Any) -> None:  # replaces Consumer._drain_messages
         consumer_should_stop = self._stopped.is_set

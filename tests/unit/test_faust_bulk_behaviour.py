@@ -24,6 +24,8 @@ from faust_helpers import (
     relied_on,
     run,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 # -- behaviour: one ack commits a whole block -------------------------------------------------
 
@@ -235,3 +237,51 @@ def test_record_block_packed_values_exact() -> None:
 def test_record_block_packed_values_empty() -> None:
     data, offsets = RecordBlock(BULK_TOPIC, 0, [], [], [], []).packed_values()
     assert data.tobytes() == b"" and offsets.tolist() == [0]
+
+
+# -- commit bookkeeping: our interval-based _new_offset answers as Faust's does ------------------
+
+blocks_strategy = st.lists(
+    st.tuples(st.integers(1, 30), st.booleans(), st.integers(0, 3)), min_size=1, max_size=12
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(committed=st.one_of(st.none(), st.integers(0, 50)), blocks=blocks_strategy)
+def test_new_offset_equals_faust_stock_on_blocks_and_gaps(
+    committed: int | None, blocks: list[tuple[int, bool, int]]
+) -> None:
+    """Blocks (size, acked?, hole before it) laid out after the committed offset; then two rounds
+    of commits, the second after acking everything: both implementations agree each time."""
+
+    async def body() -> None:
+        _, ours = make_consumer()
+        _, stock = make_consumer()
+        tp = TP(BULK_TOPIC, 0)
+        layout, offset = [], committed or 0
+        for size, acked, hole in blocks:
+            offset += hole
+            layout.append((offset, offset + size - 1, acked))
+            offset += size
+        for consumer in (ours, stock):
+            consumer._committed_offset[tp] = committed
+            for first, last, acked in layout:
+                if first <= last - 1:
+                    await consumer._add_gap(tp, first, last - 1)
+                if acked:
+                    consumer._acked[tp].append(last)
+                    consumer._acked_index[tp].add(last)
+        for round_ in range(2):
+            expected = faust_consumer.Consumer._new_offset(stock, tp)
+            assert ours._new_offset(tp) == expected, f"round {round_}: layout {layout}"
+            if expected is not None:
+                for consumer in (ours, stock):
+                    consumer._committed_offset[tp] = expected
+            for _first, last, acked in layout:
+                if not acked:
+                    for consumer in (ours, stock):
+                        consumer._acked[tp].append(last)
+                        consumer._acked_index[tp].add(last)
+            layout = [(f, la, True) for f, la, _ in layout]
+
+    run(body())
