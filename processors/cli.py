@@ -129,9 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BrokerError, ConfigError) as exc:
         print(f"streamon: {exc}", file=sys.stderr)
         return 2
-    except (
-        ValueError
-    ) as exc:  # QueryError, SchemaError, TopicError...: the message names the problem
+    except (ValueError, NotImplementedError) as exc:  # QueryError, SchemaError, ...: named
         print(f"streamon: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
