@@ -11,6 +11,7 @@ from pathlib import Path
 
 from processors.runtime.broker import BrokerError, broker_status, start_broker, stop_broker
 from processors.runtime.config import ConfigError, load_settings, resolve_bootstrap
+from topics.admin import TopicError
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except (BrokerError, ConfigError) as exc:
+    except (BrokerError, ConfigError, TopicError) as exc:
         print(f"streamon: {exc}", file=sys.stderr)
         return 2
     except (ValueError, NotImplementedError) as exc:  # QueryError, SchemaError, ...: named
