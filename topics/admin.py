@@ -87,11 +87,14 @@ def _consumer(bootstrap: str) -> Iterator[Consumer]:
         consumer.close()
 
 
-def _metadata(admin: AdminClient, deadline: float) -> ClusterMetadata:
+def _metadata(admin: AdminClient, deadline: float, bootstrap: str) -> ClusterMetadata:
     try:
         return admin.list_topics(timeout=max(_remaining(deadline), 0.1))
     except KafkaException as exc:
-        raise TopicError(f"broker did not answer a metadata request: {exc}") from exc
+        raise TopicError(
+            f"broker at {bootstrap} did not answer a metadata request "
+            f"(is STREAMON_BOOTSTRAP right?): {exc}"
+        ) from exc
 
 
 def _partitions(client: AdminClient | Consumer, topic: str, timeout: float) -> list[int]:
@@ -139,7 +142,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout: float = 3
         return []
     deadline = time.monotonic() + timeout
     admin = _admin(bootstrap)
-    existing = _ready_counts(_metadata(admin, deadline), wanted)
+    existing = _ready_counts(_metadata(admin, deadline, bootstrap), wanted)
     _check_partitions(wanted, existing)
     missing = [spec for name, spec in wanted.items() if name not in existing]
     created: list[str] = []
@@ -156,7 +159,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout: float = 3
                 if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
                     raise TopicError(f"cannot create topic {name}: {err.str()}") from exc
     while True:
-        counts = _ready_counts(_metadata(admin, deadline), wanted)
+        counts = _ready_counts(_metadata(admin, deadline, bootstrap), wanted)
         _check_partitions(wanted, counts)
         waiting = sorted(n for n in wanted if counts.get(n, -1) < wanted[n].partitions)
         if not waiting:
