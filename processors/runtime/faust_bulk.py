@@ -188,8 +188,8 @@ class BulkConsumer(faust_aiokafka.Consumer):
 
     async def _deliver_block(self, tp: TP, batch: list[Any], generation_id: int) -> None:
         r_offset = self._read_offset[tp]
-        if r_offset is not None:
-            batch = [r for r in batch if r.offset >= r_offset]
+        if r_offset is not None and batch and batch[0].offset < r_offset:
+            batch = [r for r in batch if r.offset >= r_offset]  # re-fetched after a seek
         if not batch:
             return
         first, last = batch[0].offset, batch[-1].offset
