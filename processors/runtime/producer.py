@@ -67,9 +67,8 @@ class RecordProducer:
         value: bytes,
         key: bytes | None = None,
         partition: int | None = None,
-        timestamp_ms: int = 0,
     ) -> None:
-        kwargs: dict[str, object] = {"key": key, "timestamp": timestamp_ms}
+        kwargs: dict[str, object] = {"key": key}
         if partition is not None:
             kwargs["partition"] = partition
         self._produce(topic, value, kwargs)
@@ -89,12 +88,12 @@ class RecordProducer:
         offsets: np.ndarray,
         keys: VarColumn | None = None,
         partition: int | None = None,
-        timestamps: np.ndarray | None = None,
         signs: np.ndarray | None = None,
     ) -> None:
         """One message per slice ``buf[offsets[i]:offsets[i+1]]``; deletes get a sign header.
 
         With keys, librdkafka picks partitions by key hash; without, ``partition`` is used.
+        Records carry the produce time as their timestamp (output latency is measured by it).
         """
         values = buf.tobytes()
         bounds = offsets.tolist()
@@ -104,7 +103,6 @@ class RecordProducer:
         produce = self._producer.produce
         key_bytes = keys.data.tobytes() if keys is not None else b""
         key_bounds = keys.offsets.tolist() if keys is not None else None
-        stamps = timestamps.tolist() if timestamps is not None else [0] * n
         deletes = set(np.flatnonzero(signs < 0).tolist()) if signs is not None else set()
         part = -1 if (keys is not None or partition is None) else partition
         for i in range(n):
@@ -112,11 +110,11 @@ class RecordProducer:
             value = values[bounds[i] : bounds[i + 1]]
             try:
                 if deletes and i in deletes:
-                    produce(topic, value, key, part, timestamp=stamps[i], headers=_DELETE_HEADERS)
+                    produce(topic, value, key, part, headers=_DELETE_HEADERS)
                 else:
-                    produce(topic, value, key, part, timestamp=stamps[i])
+                    produce(topic, value, key, part)
             except BufferError:
-                kwargs: dict[str, object] = {"key": key, "partition": part, "timestamp": stamps[i]}
+                kwargs: dict[str, object] = {"key": key, "partition": part}
                 if i in deletes:
                     kwargs["headers"] = _DELETE_HEADERS
                 self._produce(topic, value, kwargs)
