@@ -1,0 +1,110 @@
+"""How an adaptive filter ordering is configured: the algorithm and its profiling knobs.
+
+Defaults follow Table 1 of the A-Greedy paper (Babu et al., SIGMOD 2004): drop-profiling
+probability 0.01 (0.005 for Independent), a profile window of 1000 profile tuples (500 for
+Sweep, where it is also the length of a stage) and thrash-avoidance alpha = 0.9.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+Algorithm = Literal["agreedy", "sweep", "independent", "localswaps", "fixed"]
+ALGORITHMS: tuple[str, ...] = ("agreedy", "sweep", "independent", "localswaps", "fixed")
+
+_DEFAULT_P = {"independent": 0.005}
+_DEFAULT_WINDOW = {"sweep": 500}
+
+
+class OrderingConfigError(ValueError):
+    """An ordering configuration that makes no sense (names the offending setting)."""
+
+
+@dataclass(frozen=True)
+class OrderingConfig:
+    """Settings of one filter stage's profiler and re-optimizer.
+
+    ``window_ms`` switches the profile window from tuple-based to time-based (profile tuples of
+    the last ``window_ms`` milliseconds, still capped at ``window_tuples`` entries).
+    ``min_profile_tuples`` is how many profile tuples the window must hold before the
+    re-optimizer acts, so that an empty or just-cleared window does not reorder on noise.
+    ``costs`` fixes each filter's per-tuple cost (in filter order) instead of measuring it,
+    for deterministic tests and for filters whose cost is known.
+    """
+
+    algorithm: Algorithm = "agreedy"
+    profile_probability: float | None = None  # None: Table 1 default for the algorithm
+    window_tuples: int | None = None  # None: Table 1 default for the algorithm
+    window_ms: int | None = None
+    alpha: float = 0.9
+    min_profile_tuples: int = 100
+    costs: tuple[float, ...] | None = None
+    cost_samples: int = 64  # per filter: the last N timed batches make up a_i
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise OrderingConfigError(
+                f"unknown ordering algorithm {self.algorithm!r}; choose one of {ALGORITHMS}"
+            )
+        p = self.p
+        if not 0.0 <= p <= 1.0:
+            raise OrderingConfigError(f"profile_probability must be in [0, 1], got {p}")
+        if self.window < 1:
+            raise OrderingConfigError(f"window_tuples must be at least 1, got {self.window}")
+        if self.window_ms is not None and self.window_ms <= 0:
+            raise OrderingConfigError(f"window_ms must be positive, got {self.window_ms}")
+        if not 0.0 < self.alpha <= 1.0:
+            raise OrderingConfigError(f"alpha must be in (0, 1], got {self.alpha}")
+        if self.min_profile_tuples < 1:
+            raise OrderingConfigError(
+                f"min_profile_tuples must be at least 1, got {self.min_profile_tuples}"
+            )
+        if self.costs is not None and any(not c > 0 for c in self.costs):
+            raise OrderingConfigError(f"costs must all be positive, got {self.costs}")
+        if self.cost_samples < 1:
+            raise OrderingConfigError(f"cost_samples must be at least 1, got {self.cost_samples}")
+
+    @property
+    def p(self) -> float:
+        """The drop-profiling probability in effect."""
+        if self.profile_probability is not None:
+            return float(self.profile_probability)
+        return _DEFAULT_P.get(self.algorithm, 0.01)
+
+    @property
+    def window(self) -> int:
+        """The profile window's capacity in profile tuples."""
+        if self.window_tuples is not None:
+            return int(self.window_tuples)
+        return _DEFAULT_WINDOW.get(self.algorithm, 1000)
+
+    def with_(self, **changes: Any) -> OrderingConfig:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm,
+            "profile_probability": self.p,
+            "window_tuples": self.window,
+            "window_ms": self.window_ms,
+            "alpha": self.alpha,
+            "min_profile_tuples": self.min_profile_tuples,
+            "costs": list(self.costs) if self.costs is not None else None,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_mapping(cls, settings: dict[str, Any]) -> OrderingConfig:
+        """From user settings (a query option or a TOML table); unknown keys are an error."""
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise OrderingConfigError(
+                f"unknown ordering setting(s) {unknown}; known: {sorted(known)}"
+            )
+        values = dict(settings)
+        if values.get("costs") is not None:
+            values["costs"] = tuple(float(c) for c in values["costs"])
+        return cls(**values)

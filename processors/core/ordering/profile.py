@@ -1,0 +1,125 @@
+"""The A-Greedy profiler's state: the profile window and the processing-time estimates a_i.
+
+Section 4.1 of Babu et al.: a sliding window of profile tuples (bits b_1..b_n of which filters
+drop a sampled dropped tuple), tuple-based or time-based, and running averages of per-filter
+processing times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ProfileWindow:
+    """A ring buffer of profile tuples; ``bits[t, f] == 1`` when filter ``f`` dropped tuple t.
+
+    It holds at most ``capacity`` tuples and, when ``window_ms`` is set, only those profiled in
+    the last ``window_ms`` milliseconds. Rows ``live_rows()`` are the current window (their
+    order does not matter to the matrix view, only their multiset).
+    """
+
+    def __init__(self, n_filters: int, capacity: int, window_ms: int | None = None) -> None:
+        self.n = n_filters
+        self.capacity = capacity
+        self.window_ms = window_ms
+        self.bits = np.zeros((capacity, n_filters), dtype=np.uint8)
+        self.ts = np.zeros(capacity, dtype=np.int64)
+        self.start = 0  # slot of the oldest live tuple
+        self.size = 0
+        self.inserted_total = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def live_rows(self) -> np.ndarray:
+        return (self.start + np.arange(self.size, dtype=np.int64)) % self.capacity
+
+    def clear(self) -> None:
+        self.start = 0
+        self.size = 0
+
+    def expire(self, now_ms: int) -> np.ndarray:
+        """Drop tuples older than the time window; returns the slots they occupied."""
+        if self.window_ms is None or self.size == 0:
+            return np.empty(0, dtype=np.int64)
+        rows = self.live_rows()
+        old = int(np.searchsorted(self.ts[rows], now_ms - self.window_ms, side="left"))
+        return self._pop_oldest(old)
+
+    def _pop_oldest(self, k: int) -> np.ndarray:
+        k = min(k, self.size)
+        slots = (self.start + np.arange(k, dtype=np.int64)) % self.capacity
+        self.start = (self.start + k) % self.capacity
+        self.size -= k
+        return slots
+
+    def append(self, bits: np.ndarray, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Add profile tuples; returns (bits of the tuples that expired, slots of the new ones).
+
+        The expired bits are copied out before their slots are reused, so the caller can
+        subtract them from the view after the append.
+        """
+        bits = bits[-self.capacity :] if len(bits) > self.capacity else bits
+        m = len(bits)
+        overflow = max(0, self.size + m - self.capacity)
+        gone = self._pop_oldest(overflow)
+        expired = self.bits[gone].copy()
+        end = (self.start + self.size) % self.capacity
+        slots = (end + np.arange(m, dtype=np.int64)) % self.capacity
+        self.bits[slots] = bits
+        self.ts[slots] = now_ms
+        self.size += m
+        self.inserted_total += m
+        return expired, slots
+
+
+class CostEstimates:
+    """Per-filter processing time a_i: total time over total tuples of the last K timed calls.
+
+    Timing is per batch call, not per tuple: one clock read costs more than one hash probe, so
+    per-tuple samples (as in Section 4.1.2) would cost more than they measure. A call's fixed
+    overhead (``call_overhead_ns``, measured once) is subtracted, and calls on fewer than
+    ``min_tuples`` tuples are not used, so a filter late in the order is not charged for the
+    call rather than for its work.
+    """
+
+    def __init__(
+        self,
+        n_filters: int,
+        samples: int = 64,
+        fixed: tuple[float, ...] | None = None,
+        call_overhead_ns: float = 0.0,
+        min_tuples: int = 64,
+    ) -> None:
+        if fixed is not None and len(fixed) != n_filters:
+            raise ValueError(f"costs has {len(fixed)} entries for {n_filters} filters")
+        self.fixed = None if fixed is None else np.asarray(fixed, dtype=np.float64)
+        self.ns = np.zeros((n_filters, samples), dtype=np.float64)
+        self.tuples = np.zeros((n_filters, samples), dtype=np.float64)
+        self.next = np.zeros(n_filters, dtype=np.int64)
+        self.call_overhead_ns = call_overhead_ns
+        self.min_tuples = min_tuples
+
+    @property
+    def measured(self) -> bool:
+        return self.fixed is None
+
+    def record(self, f: int, ns: float, tuples: int) -> None:
+        if self.fixed is not None or tuples < self.min_tuples:
+            return
+        slot = self.next[f] % self.ns.shape[1]
+        self.ns[f, slot] = max(ns - self.call_overhead_ns, 0.0)
+        self.tuples[f, slot] = tuples
+        self.next[f] += 1
+
+    def values(self) -> np.ndarray:
+        """a_i per filter id; a filter never timed gets the mean of the timed ones (or 1)."""
+        if self.fixed is not None:
+            return self.fixed
+        tuples = self.tuples.sum(axis=1)
+        timed = tuples > 0
+        out = np.ones(len(tuples), dtype=np.float64)
+        if timed.any():
+            out[timed] = np.maximum(self.ns.sum(axis=1)[timed] / tuples[timed], 1e-3)
+            out[~timed] = out[timed].mean()
+        return out

@@ -1,0 +1,304 @@
+"""Re-optimizers: keep a filter order that satisfies an invariant over the profile window.
+
+One class per algorithm of Babu et al.: A-Greedy keeps the Greedy Invariant (Definition 4.1)
+with violation detection (Fig. 4) and correction (Fig. 5); Sweep (Section 5), Independent
+(Section 6) and LocalSwaps (Section 7) keep weaker invariants from fewer statistics; Fixed never
+reorders (the baseline). All share the profile window and the matrix view; each says which view
+entries it keeps and which extra filters a profiled tuple must be evaluated on.
+
+Positions are 0-based here (the paper's are 1-based). ``order[c]`` is the filter id at position
+``c``. Detection runs once per batch of profile tuples rather than once per tuple: the order
+only matters to the next batch, and the view is exactly the counts of the current window for
+the current order either way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from processors.core.ordering.config import OrderingConfig
+from processors.core.ordering.profile import ProfileWindow
+from processors.kernels.profile_view import (
+    DIAGONAL_AND_COLUMN,
+    FIRST_ROW,
+    FULL,
+    TWO_DIAGONALS,
+    view_apply,
+    view_row,
+)
+
+
+@dataclass(frozen=True)
+class OrderChange:
+    """One plan change: the order before and after, and why."""
+
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    position: int  # the (0-based) position whose invariant was violated
+    reason: str
+
+
+class Reoptimizer:
+    """The shared machinery; subclasses define the invariant, its check and its correction."""
+
+    name: ClassVar[str] = "base"
+    mode: ClassVar[int] = FULL
+    profiles: ClassVar[bool] = True  # False: no drop profiling at all
+
+    def __init__(self, n_filters: int, config: OrderingConfig, order: list[int] | None = None):
+        self.n = n_filters
+        self.config = config
+        self.alpha = config.alpha
+        self.order = np.arange(n_filters, dtype=np.int64) if order is None else np.array(
+            order, dtype=np.int64
+        )
+        if sorted(self.order.tolist()) != list(range(n_filters)):
+            raise ValueError(f"order {list(self.order)} is not a permutation of 0..{n_filters - 1}")
+        self.window = ProfileWindow(n_filters, config.window, config.window_ms)
+        self.view = np.zeros((n_filters, n_filters), dtype=np.int64)
+        self.ns = {"profile_window": 0, "view_update": 0, "violations": 0}
+        self.checks = 0
+        self.violations = 0
+
+    # -- what profiling must evaluate -------------------------------------------------------
+    @property
+    def column(self) -> int:
+        """The profiled position (Sweep); -1 when every position is profiled."""
+        return -1
+
+    def extra_evaluation(self, position: int, dropped_at: np.ndarray) -> np.ndarray:
+        """Which profiled tuples (dropped at ``dropped_at``) also evaluate ``position``."""
+        return dropped_at < position
+
+    # -- maintenance ------------------------------------------------------------------------
+    def absorb(
+        self, bits: np.ndarray, now_ms: int, costs: np.ndarray, reoptimize: bool = True
+    ) -> list[OrderChange]:
+        """Insert new profile tuples (rows of filter-id bits), expire old ones, re-optimize."""
+        if not self.profiles:
+            return []
+        t0 = time.perf_counter_ns()
+        gone = self.window.expire(now_ms)
+        expired_by_time = self.window.bits[gone].copy()
+        expired, slots = self.window.append(np.ascontiguousarray(bits, dtype=np.uint8), now_ms)
+        t1 = time.perf_counter_ns()
+        for old in (expired_by_time, expired):
+            if len(old):
+                view_apply(self.view, self.order, old, np.arange(len(old)), -1, self.mode,
+                           self.column)
+        view_apply(self.view, self.order, self.window.bits, slots, 1, self.mode, self.column)
+        t2 = time.perf_counter_ns()
+        self.ns["profile_window"] += t1 - t0
+        self.ns["view_update"] += t2 - t1
+        return self.reoptimize(costs) if reoptimize else []
+
+    def reoptimize(self, costs: np.ndarray) -> list[OrderChange]:
+        """Detect a violation of the invariant (with thrash avoidance, eq. 4) and correct it."""
+        t0 = time.perf_counter_ns()
+        changes: list[OrderChange] = []
+        if len(self.window) >= self.config.min_profile_tuples:
+            self.checks += 1
+            position = self.violation(costs)
+            if position is not None:
+                self.violations += 1
+                before = tuple(int(f) for f in self.order)
+                reason = self.correct(position, costs)
+                after = tuple(int(f) for f in self.order)
+                if after != before:
+                    changes.append(OrderChange(before, after, position, reason))
+        changes.extend(self.after_check())
+        self.ns["violations"] += time.perf_counter_ns() - t0
+        return changes
+
+    def after_check(self) -> list[OrderChange]:
+        return []
+
+    def recompute_view(self) -> None:
+        """Every kept row of the view from the window (after a reorder or for checking)."""
+        rows = self.window.live_rows()
+        self.view[:] = 0
+        for r in range(self.n if self.mode != FIRST_ROW else min(1, self.n)):
+            view_row(self.view, r, self.order, self.window.bits, rows, self.mode, self.column)
+
+    def reset_statistics(self) -> None:
+        self.window.clear()
+        self.view[:] = 0
+
+    def ratios(self, costs: np.ndarray) -> np.ndarray:
+        """V[r, c] / a_{f(c)}: conditional drop counts per unit of processing time."""
+        return self.view / costs[self.order][None, :]
+
+    # -- the invariant ----------------------------------------------------------------------
+    def violation(self, costs: np.ndarray) -> int | None:
+        raise NotImplementedError
+
+    def correct(self, position: int, costs: np.ndarray) -> str:
+        raise NotImplementedError
+
+
+class AGreedy(Reoptimizer):
+    """Maintains the Greedy Invariant over the full matrix view (Section 4)."""
+
+    name = "agreedy"
+    mode = FULL
+
+    def violation(self, costs: np.ndarray) -> int | None:
+        ratio = self.ratios(costs)
+        diagonal = ratio.diagonal()
+        beaten = diagonal[:, None] < self.alpha * np.triu(ratio, 1)
+        rows = np.flatnonzero(beaten.any(axis=1))
+        return int(rows[0]) if len(rows) else None
+
+    def correct(self, position: int, costs: np.ndarray) -> str:
+        """Fig. 5: recompute rows from ``position`` on, bringing the best filter forward."""
+        rows = self.window.live_rows()
+        moved = []
+        max_row = position
+        r = position
+        while r <= max_row:
+            view_row(self.view, r, self.order, self.window.bits, rows, FULL, -1)
+            ratio = self.view[r, r:] / costs[self.order[r:]]
+            best = r
+            for c in range(r + 1, self.n):
+                if ratio[c - r] > ratio[best - r]:
+                    best = c
+            max_row = max(max_row, best)
+            if best != r:
+                # Fig. 5 swaps positions r and best; Fig. 6(c) shows the filter moved to r with
+                # the ones it passes keeping their relative order. Both restore the invariant;
+                # they differ on ties, and moving reproduces the paper's worked example.
+                moved.append(int(self.order[best]))
+                shift = [best, *range(r, best)]
+                self.order[r : best + 1] = self.order[shift]
+                self.view[: r + 1, r : best + 1] = self.view[: r + 1, shift]
+            r += 1
+        return f"greedy invariant violated at position {position}; moved forward {moved}"
+
+
+class Independent(Reoptimizer):
+    """Orders by unconditional drop rate per unit time (first row of V only, Section 6)."""
+
+    name = "independent"
+    mode = FIRST_ROW
+
+    def violation(self, costs: np.ndarray) -> int | None:
+        first = self.ratios(costs)[0]
+        best_after = np.maximum.accumulate(first[::-1])[::-1]  # max over positions >= i
+        beaten = first[:-1] < self.alpha * best_after[1:]
+        rows = np.flatnonzero(beaten)
+        return int(rows[0]) if len(rows) else None
+
+    def correct(self, position: int, costs: np.ndarray) -> str:
+        first = self.ratios(costs)[0]
+        perm = np.argsort(-first, kind="stable")
+        self.order = self.order[perm]
+        self.view[0] = self.view[0, perm]
+        return f"independent invariant violated at position {position}; re-sorted"
+
+
+class Sweep(Reoptimizer):
+    """Profiles one position j per stage and moves its filter forward on a violation (Sec. 5).
+
+    A stage ends at a violation or after ``window`` profile tuples without one; the next stage
+    profiles the next position (2..n, cyclically) on a fresh window, because the bits of the
+    new position were not collected by the old stage.
+    """
+
+    name = "sweep"
+    mode = DIAGONAL_AND_COLUMN
+
+    def __init__(self, n_filters: int, config: OrderingConfig, order: list[int] | None = None):
+        super().__init__(n_filters, config, order)
+        self.j = 1
+        self.stages = 0
+
+    @property
+    def column(self) -> int:
+        return self.j
+
+    def extra_evaluation(self, position: int, dropped_at: np.ndarray) -> np.ndarray:
+        if position != self.j:
+            return np.zeros(len(dropped_at), dtype=bool)
+        return dropped_at < position
+
+    def violation(self, costs: np.ndarray) -> int | None:
+        if self.n < 2:
+            return None
+        ratio = self.ratios(costs)
+        j = self.j
+        beaten = ratio.diagonal()[:j] < self.alpha * ratio[:j, j]
+        rows = np.flatnonzero(beaten)
+        return int(rows[0]) if len(rows) else None
+
+    def correct(self, position: int, costs: np.ndarray) -> str:
+        f = int(self.order[self.j])
+        self.order = np.insert(np.delete(self.order, self.j), position, f)
+        reason = f"sweep invariant violated: filter {f} moved from position {self.j} to {position}"
+        self._next_stage()
+        return reason
+
+    def after_check(self) -> list[OrderChange]:
+        if self.n >= 2 and len(self.window) >= self.window.capacity:
+            self._next_stage()  # a full stage without violation
+        return []
+
+    def _next_stage(self) -> None:
+        self.stages += 1
+        self.j = self.j + 1 if self.j + 1 < self.n else 1
+        self.reset_statistics()
+
+
+class LocalSwaps(Reoptimizer):
+    """Swaps adjacent filters that violate the LocalSwaps Invariant (Section 7).
+
+    After a swap the window is cleared: the profile tuples dropped just before the swapped pair
+    were not evaluated on the filter that now follows them.
+    """
+
+    name = "localswaps"
+    mode = TWO_DIAGONALS
+
+    def extra_evaluation(self, position: int, dropped_at: np.ndarray) -> np.ndarray:
+        return dropped_at == position - 1
+
+    def violation(self, costs: np.ndarray) -> int | None:
+        ratio = self.ratios(costs)
+        n = self.n
+        diagonal = ratio.diagonal()[: n - 1]
+        next_one = ratio[np.arange(n - 1), np.arange(1, n)]
+        rows = np.flatnonzero(diagonal < self.alpha * next_one)
+        return int(rows[0]) if len(rows) else None
+
+    def correct(self, position: int, costs: np.ndarray) -> str:
+        i = position
+        self.order[[i, i + 1]] = self.order[[i + 1, i]]
+        self.reset_statistics()
+        return f"local swap of positions {i} and {i + 1}"
+
+
+class Fixed(Reoptimizer):
+    """Never profiles and never reorders: the fixed-order baseline."""
+
+    name = "fixed"
+    profiles = False
+
+    def violation(self, costs: np.ndarray) -> int | None:
+        return None
+
+    def correct(self, position: int, costs: np.ndarray) -> str:
+        return ""
+
+
+REOPTIMIZERS: dict[str, type[Reoptimizer]] = {
+    cls.name: cls for cls in (AGreedy, Independent, Sweep, LocalSwaps, Fixed)
+}
+
+
+def make_reoptimizer(
+    n_filters: int, config: OrderingConfig, order: list[int] | None = None
+) -> Reoptimizer:
+    return REOPTIMIZERS[config.algorithm](n_filters, config, order)

@@ -1,0 +1,137 @@
+"""Static orders, the profile window, the matrix view's kept entries, configuration errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processors.core.ordering.config import OrderingConfig, OrderingConfigError
+from processors.core.ordering.profile import CostEstimates, ProfileWindow
+from processors.core.ordering.reoptimizers import REOPTIMIZERS, make_reoptimizer
+from processors.core.ordering.static import (
+    brute_force_order,
+    optimal_order,
+    order_cost,
+    pass_fractions,
+    static_greedy,
+)
+from processors.kernels.profile_view import view_apply, view_row
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 10_000))
+def test_optimal_equals_exhaustive_search(n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    drops = rng.random((60, n)) < rng.uniform(0.1, 0.9, n)
+    costs = rng.uniform(0.5, 3.0, n)
+    order, cost = optimal_order(drops, costs)
+    _, brute = brute_force_order(drops, costs)
+    assert cost == pytest.approx(brute)
+    assert order_cost(order, drops, costs) == pytest.approx(brute)
+    assert sorted(order) == list(range(n))
+    # the greedy order is never better than optimal, and within the factor 4 of Theorem 4.1
+    greedy = order_cost(static_greedy(drops, costs), drops, costs)
+    assert brute - 1e-9 <= greedy <= 4 * brute + 1e-9
+
+
+def test_pass_fractions_match_direct_counts() -> None:
+    rng = np.random.default_rng(0)
+    drops = rng.random((100, 4)) < 0.4
+    fractions = pass_fractions(drops)
+    for s in range(16):
+        members = [f for f in range(4) if s >> f & 1]
+        expected = (~drops[:, members]).all(axis=1).mean() if members else 1.0
+        assert fractions[s] == pytest.approx(expected)
+
+
+def test_order_cost_is_equation_1() -> None:
+    drops = np.array([[1, 0], [0, 1], [0, 0], [1, 1]], dtype=bool)
+    # F0 first: all 4 tuples meet it, 2 survive to F1 (cost 3 each): (4 * 1 + 2 * 3) / 4
+    assert order_cost([0, 1], drops, [1.0, 3.0]) == pytest.approx(2.5)
+    assert order_cost([1, 0], drops, [1.0, 3.0]) == pytest.approx(3.5)
+
+
+def test_profile_window_is_a_ring_with_time_expiry() -> None:
+    window = ProfileWindow(2, capacity=3, window_ms=100)
+    rows = np.array([[1, 0], [0, 1]], dtype=np.uint8)
+    expired, slots = window.append(rows, now_ms=0)
+    assert len(expired) == 0 and slots.tolist() == [0, 1]
+    expired, _ = window.append(np.array([[1, 1], [1, 0]], np.uint8), now_ms=50)
+    assert expired.tolist() == [[1, 0]]  # capacity 3: the oldest goes
+    assert window.bits[window.live_rows()].tolist() == [[0, 1], [1, 1], [1, 0]]
+    gone = window.expire(now_ms=120)  # older than 20 ms: the tuple of time 0
+    assert window.bits[gone].tolist() == [[0, 1]]
+    assert len(window) == 2
+
+
+@pytest.mark.parametrize("algorithm", ["agreedy", "independent", "sweep", "localswaps"])
+def test_incremental_view_equals_recomputation_on_kept_entries(algorithm: str) -> None:
+    rng = np.random.default_rng(4)
+    n = 6
+    order = list(rng.permutation(n))
+    reopt = make_reoptimizer(n, OrderingConfig(algorithm, window_tuples=50), order)
+    costs = np.ones(n)
+    for _ in range(20):
+        bits = (rng.random((rng.integers(1, 30), n)) < 0.4).astype(np.uint8)
+        reopt.absorb(bits, 0, costs, reoptimize=False)
+    incremental = reopt.view.copy()
+    reopt.recompute_view()
+    assert incremental.tolist() == reopt.view.tolist()
+    # and the kept entries equal the full view's entries
+    full = np.zeros((n, n), np.int64)
+    rows = reopt.window.live_rows()
+    for r in range(n):
+        view_row(full, r, reopt.order, reopt.window.bits, rows, 0, -1)
+    assert np.array_equal(incremental[incremental != 0], full[incremental != 0])
+
+
+def test_view_apply_insert_then_delete_is_zero() -> None:
+    rng = np.random.default_rng(1)
+    bits = (rng.random((40, 5)) < 0.5).astype(np.uint8)
+    view = np.zeros((5, 5), np.int64)
+    order = np.array([3, 1, 4, 0, 2])
+    view_apply(view, order, bits, np.arange(40), 1, 0, -1)
+    assert view.sum() > 0
+    view_apply(view, order, bits, np.arange(40), -1, 0, -1)
+    assert not view.any()
+
+
+def test_cost_estimates_average_over_recent_calls() -> None:
+    est = CostEstimates(2, samples=2, call_overhead_ns=100, min_tuples=10)
+    est.record(0, 1100, 100)  # 10 ns per tuple after the call overhead
+    est.record(0, 2100, 100)  # 20
+    est.record(0, 3100, 100)  # 30: the oldest sample is forgotten
+    est.record(1, 5000, 5)  # too few tuples to tell
+    assert est.values().tolist() == [25.0, 25.0]  # filter 1 untimed: the mean of the timed
+    assert CostEstimates(2, fixed=(1.0, 4.0)).values().tolist() == [1.0, 4.0]
+
+
+def test_defaults_follow_table_1() -> None:
+    assert OrderingConfig().p == 0.01 and OrderingConfig().window == 1000
+    assert OrderingConfig("independent").p == 0.005
+    assert OrderingConfig("sweep").window == 500
+    assert OrderingConfig().alpha == 0.9
+    assert set(REOPTIMIZERS) == {"agreedy", "independent", "sweep", "localswaps", "fixed"}
+
+
+@pytest.mark.parametrize(
+    ("settings_", "named"),
+    [
+        ({"algorithm": "magic"}, "magic"),
+        ({"profile_probability": 1.5}, "profile_probability"),
+        ({"window_tuples": 0}, "window_tuples"),
+        ({"alpha": 0}, "alpha"),
+        ({"costs": [1, -1]}, "costs"),
+        ({"windw": 3}, "windw"),
+    ],
+)
+def test_bad_settings_name_the_problem(settings_: dict, named: str) -> None:
+    with pytest.raises(OrderingConfigError, match=named):
+        OrderingConfig.from_mapping(settings_)
+
+
+def test_order_must_be_a_permutation() -> None:
+    with pytest.raises(ValueError, match="permutation"):
+        make_reoptimizer(3, OrderingConfig(), [0, 0, 1])
