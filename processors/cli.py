@@ -69,6 +69,10 @@ def _bench(args: argparse.Namespace) -> int:
         from processors.bench.ingest import run_ingest_bench
 
         results = run_ingest_bench(records=args.records)
+    elif args.what == "filters":
+        from processors.bench.filters import run_filters_bench
+
+        results = run_filters_bench(tuples=args.tuples, kafka=not args.no_kafka)
     elif args.what == "codec":
         from processors.bench.codec import measure_codec
 
@@ -81,6 +85,19 @@ def _bench(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
         print(f"wrote {args.json}")
+    return 0
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    from processors.experiments.filters import EXPERIMENTS, run_experiment
+
+    names = sorted(EXPERIMENTS) if args.name == "all" else [args.name]
+    for name in names:
+        if name not in EXPERIMENTS:
+            raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
+    for name in names:
+        for path in run_experiment(name, Path(args.out), scale=args.scale, seed=args.seed):
+            print(f"wrote {path}")
     return 0
 
 
@@ -113,10 +130,23 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks")
-    bench.add_argument("what", choices=["ingest", "codec", "envelope"])
+    bench.add_argument("what", choices=["ingest", "codec", "envelope", "filters"])
     bench.add_argument("--records", type=int, default=500_000)
+    bench.add_argument("--tuples", type=int, default=4_000_000, help="filters: stage tuples")
+    bench.add_argument(
+        "--no-kafka", action="store_true", help="filters: skip the end-to-end Kafka part"
+    )
     bench.add_argument("--json", default=None, help="write the results to this JSON file")
     bench.set_defaults(func=_bench)
+
+    experiment = sub.add_parser(
+        "experiment", help="reproduce a paper experiment (CSV and PNG); NAME or 'all'"
+    )
+    experiment.add_argument("name")
+    experiment.add_argument("--out", default="docs/experiments", help="output directory")
+    experiment.add_argument("--scale", type=float, default=1.0, help="1.0: full size")
+    experiment.add_argument("--seed", type=int, default=0)
+    experiment.set_defaults(func=_experiment)
     return parser
 
 

@@ -12,6 +12,7 @@ full upper triangle (A-Greedy), the first row (Independent), the diagonal plus c
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 FULL, FIRST_ROW, DIAGONAL_AND_COLUMN, TWO_DIAGONALS = range(4)
@@ -72,25 +73,64 @@ def view_row(view, r, order, bits, rows, mode, j):  # type: ignore[no-untyped-de
 
 @njit(cache=True)
 def drop_positions(sels, counts, sampled, out):  # type: ignore[no-untyped-def]
-    """For each sampled row, the position that dropped it in the main pass (n if none did).
+    """For each sampled row (ascending), the position that dropped it in the main pass (n if none).
 
-    ``sels[k, :counts[k]]`` are the (sorted) rows that reached position ``k``; a row reached
-    position ``k + 1`` iff binary search finds it in ``sels[k + 1]``.
+    ``sels[k, :counts[k]]`` are the (ascending) rows that reached position ``k``. Level by level,
+    the sampled rows still alive are looked up in the next level with a galloping search that
+    resumes where the previous row was found, so the lookups walk each level once, in order,
+    instead of binary-searching it from scratch (which missed the cache on every step).
     """
     n = sels.shape[0] - 1
-    for s in range(sampled.shape[0]):
-        row = sampled[s]
-        pos = n
-        for k in range(n):
-            m = counts[k + 1]
-            lo, hi = 0, m
+    total = sampled.shape[0]
+    alive = sampled.copy()
+    slot = np.arange(total)
+    for s in range(total):
+        out[s] = n
+    live = total
+    for k in range(n):
+        level = sels[k + 1]
+        m = counts[k + 1]
+        pos = 0
+        kept = 0
+        for a in range(live):
+            row = alive[a]
+            lo = pos
+            step = 1
+            hi = lo
+            while hi < m and level[hi] < row:
+                lo = hi + 1
+                hi = lo + step
+                step *= 2
+            if hi > m:
+                hi = m
             while lo < hi:
                 mid = (lo + hi) >> 1
-                if sels[k + 1, mid] < row:
+                if level[mid] < row:
                     lo = mid + 1
                 else:
                     hi = mid
-            if lo == m or sels[k + 1, lo] != row:
-                pos = k
-                break
-        out[s] = pos
+            pos = lo
+            if lo < m and level[lo] == row:
+                alive[kept] = row
+                slot[kept] = slot[a]
+                kept += 1
+            else:
+                out[slot[a]] = k
+        live = kept
+        if live == 0:
+            break
+
+
+@njit(cache=True)
+def mark_dropped(candidates, passed, m, targets, bits, f):  # type: ignore[no-untyped-def]
+    """Set ``bits[targets[i], f] = 1`` for each candidate row not among ``passed[:m]``.
+
+    Both row lists ascend and ``passed`` is a subsequence of ``candidates`` (what a selection
+    kernel returns), so one merge walk finds the dropped ones.
+    """
+    j = 0
+    for i in range(candidates.shape[0]):
+        if j < m and passed[j] == candidates[i]:
+            j += 1
+        else:
+            bits[targets[i], f] = 1

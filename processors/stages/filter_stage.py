@@ -23,7 +23,7 @@ from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import Predicate, plan_predicates
-from processors.kernels.profile_view import drop_positions
+from processors.kernels.profile_view import drop_positions, mark_dropped
 
 log = logging.getLogger(__name__)
 
@@ -159,20 +159,24 @@ class FilterStage:
         order = self.reoptimizer.order
         m = size
         evaluated = 0
+        timed: tuple[list[int], list[float], list[int]] = ([], [], [])
+        clock = time.perf_counter_ns
         for k in range(self.n):
             if m == 0:
                 break
-            f = order[k]
+            f = int(order[k])
+            start = clock()
+            m_next = self.predicates[f].select(batch, sels[k], m, sels[k + 1])
             if measure:
-                start = time.perf_counter_ns()
-                m_next = self.predicates[f].select(batch, sels[k], m, sels[k + 1])
-                self.costs.record(f, time.perf_counter_ns() - start, m)
-            else:
-                m_next = self.predicates[f].select(batch, sels[k], m, sels[k + 1])
+                timed[0].append(f)
+                timed[1].append(clock() - start)
+                timed[2].append(m)
             self.evaluations[f] += m
             evaluated += m
             counts[k + 1] = m_next
             m = m_next
+        if measure:
+            self.costs.record_many(*timed)
         self.last_evaluations = evaluated
         return sels, counts
 
@@ -212,8 +216,7 @@ class FilterStage:
                     f = order[k]
                     candidates = rows[need]
                     m = self.predicates[f].select(batch, candidates, len(candidates), buffer)
-                    failed = ~np.isin(candidates, buffer[:m], assume_unique=True)
-                    bits[need[failed], f] = 1
+                    mark_dropped(candidates, buffer, m, need, bits, f)
                     self.profile_evaluations[f] += len(candidates)
                 self.profile_tuples += len(rows)
                 t1 = time.perf_counter_ns()
