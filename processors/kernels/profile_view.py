@@ -72,56 +72,6 @@ def view_row(view, r, order, bits, rows, mode, j):  # type: ignore[no-untyped-de
 
 
 @njit(cache=True)
-def drop_positions(sels, counts, sampled, out):  # type: ignore[no-untyped-def]
-    """For each sampled row (ascending), the position that dropped it in the main pass (n if none).
-
-    ``sels[k, :counts[k]]`` are the (ascending) rows that reached position ``k``. Level by level,
-    the sampled rows still alive are looked up in the next level with a galloping search that
-    resumes where the previous row was found, so the lookups walk each level once, in order,
-    instead of binary-searching it from scratch (which missed the cache on every step).
-    """
-    n = sels.shape[0] - 1
-    total = sampled.shape[0]
-    alive = sampled.copy()
-    slot = np.arange(total)
-    for s in range(total):
-        out[s] = n
-    live = total
-    for k in range(n):
-        level = sels[k + 1]
-        m = counts[k + 1]
-        pos = 0
-        kept = 0
-        for a in range(live):
-            row = alive[a]
-            lo = pos
-            step = 1
-            hi = lo
-            while hi < m and level[hi] < row:
-                lo = hi + 1
-                hi = lo + step
-                step *= 2
-            if hi > m:
-                hi = m
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if level[mid] < row:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            pos = lo
-            if lo < m and level[lo] == row:
-                alive[kept] = row
-                slot[kept] = slot[a]
-                kept += 1
-            else:
-                out[slot[a]] = k
-        live = kept
-        if live == 0:
-            break
-
-
-@njit(cache=True)
 def mark_dropped(candidates, passed, m, targets, bits, f):  # type: ignore[no-untyped-def]
     """Set ``bits[targets[i], f] = 1`` for each candidate row not among ``passed[:m]``.
 
@@ -134,3 +84,217 @@ def mark_dropped(candidates, passed, m, targets, bits, f):  # type: ignore[no-un
             j += 1
         else:
             bits[targets[i], f] = 1
+
+
+# -- fused per-batch steps ------------------------------------------------------------------
+# Each batch's profiling runs right after a main pass that has swept megabytes through the
+# caches, when every separate numpy call pays for cold code and data. These kernels do each
+# step in one call.
+
+
+@njit(cache=True, inline="always")
+def _splitmix(state):  # type: ignore[no-untyped-def]
+    """Next uniform double in (0, 1) from a SplitMix64 counter kept in ``state[0]``."""
+    state[0] += np.uint64(0x9E3779B97F4A7C15)
+    z = state[0]
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (np.float64(z >> np.uint64(11)) + 0.5) / 9007199254740992.0
+
+
+@njit(cache=True)
+def window_absorb(ring, ring_ts, state, new_bits, m, now_ms, window_ms, view, order, mode, j):  # type: ignore[no-untyped-def]
+    """Expire profile tuples (by time, then by capacity), insert ``new_bits[:m]``, and keep the
+    view in step (Fig. 3 for each insert and delete). ``state`` = [start, size]."""
+    cap = ring.shape[0]
+    start, size = state[0], state[1]
+    if m > cap:  # only the newest cap tuples can stay
+        new_bits = new_bits[m - cap : m]
+        m = cap
+    one = np.empty(1, dtype=np.int64)
+    if window_ms > 0:
+        while size > 0 and ring_ts[start] < now_ms - window_ms:
+            one[0] = start
+            view_apply(view, order, ring, one, -1, mode, j)
+            start = (start + 1) % cap
+            size -= 1
+    while size + m > cap:
+        one[0] = start
+        view_apply(view, order, ring, one, -1, mode, j)
+        start = (start + 1) % cap
+        size -= 1
+    for t in range(m):
+        slot = (start + size) % cap
+        for f in range(ring.shape[1]):
+            ring[slot, f] = new_bits[t, f]
+        ring_ts[slot] = now_ms
+        one[0] = slot
+        view_apply(view, order, ring, one, 1, mode, j)
+        size += 1
+    state[0], state[1] = start, size
+
+
+@njit(cache=True)
+def find_violation(view, order, costs, alpha, mode, j):  # type: ignore[no-untyped-def]
+    """The first position whose invariant fails by more than ``alpha`` (eq. 4), or -1.
+
+    FULL: the Greedy Invariant (Def. 4.1); FIRST_ROW: the Independent Invariant (Def. 6.1);
+    DIAGONAL_AND_COLUMN: the Sweep Invariant for profiled position ``j`` (Def. 5.1);
+    TWO_DIAGONALS: the LocalSwaps Invariant (Def. 7.1).
+    """
+    n = order.shape[0]
+    for i in range(n - 1):
+        mine = (view[0, i] if mode == FIRST_ROW else view[i, i]) / costs[order[i]]
+        if mode == DIAGONAL_AND_COLUMN:
+            if i >= j:
+                return -1
+            if mine < alpha * view[i, j] / costs[order[j]]:
+                return i
+            continue
+        last = i + 2 if mode == TWO_DIAGONALS else n
+        for c in range(i + 1, last):
+            other = view[0, c] if mode == FIRST_ROW else view[i, c]
+            if mine < alpha * other / costs[order[c]]:
+                return i
+    return -1
+
+
+@njit(cache=True)
+def greedy_correct(view, order, ring, rows, costs, position):  # type: ignore[no-untyped-def]
+    """Fig. 5: from ``position`` on, recompute each row and bring its best filter forward.
+
+    Fig. 5 swaps the best filter with the one in place; Fig. 6(c) shows it moved forward with
+    the filters it passes keeping their relative order. Both restore the invariant and differ
+    only on ties; moving reproduces the paper's worked example, so that is what is done.
+    Returns how many filters moved.
+    """
+    n = order.shape[0]
+    moved = 0
+    max_row = position
+    r = position
+    tmp = np.empty(n, dtype=np.int64)
+    col = np.empty(n, dtype=np.int64)
+    while r <= max_row:
+        view_row(view, r, order, ring, rows, FULL, -1)
+        best = r
+        best_ratio = view[r, r] / costs[order[r]]
+        for c in range(r + 1, n):
+            ratio = view[r, c] / costs[order[c]]
+            if ratio > best_ratio:
+                best, best_ratio = c, ratio
+        if best > max_row:
+            max_row = best
+        if best != r:
+            moved += 1
+            f = order[best]
+            for c in range(best, r, -1):
+                order[c] = order[c - 1]
+            order[r] = f
+            for k in range(r + 1):
+                for c in range(r, best + 1):
+                    col[c] = view[k, c]
+                tmp[r] = col[best]
+                for c in range(r + 1, best + 1):
+                    tmp[c] = col[c - 1]
+                for c in range(r, best + 1):
+                    view[k, c] = tmp[c]
+        r += 1
+    return moved
+
+
+# -- profiling interleaved with the main pass ------------------------------------------------
+# A profiled tuple's extra filters are cheapest right after the main pass has run the same
+# filter: its index and the batch's column are then in cache. So the stage samples rows before
+# the main pass and, after each position's selection, finds which samples it dropped and
+# evaluates that position's filter on the samples dropped earlier.
+
+
+@njit(cache=True)
+def sample_rows(size, p, run, state, out):  # type: ignore[no-untyped-def]
+    """Rows of 0..size-1, each chosen with probability ``p``, in runs of ``run`` neighbours.
+
+    Runs start after geometric gaps with mean ``run / p - run`` rows, so a row's chance of
+    being chosen is exactly ``p``. Neighbouring rows share cache lines, so profiling a run
+    costs a fraction of profiling as many scattered rows; the price is less independence
+    between samples from the same batch.
+    """
+    if p >= 1.0:
+        for r in range(size):
+            out[r] = r
+        return size
+    gap_success = 1.0 / (run / p - run + 1.0)
+    log_q = np.log1p(-gap_success)
+    taken = 0
+    r = int(np.log(_splitmix(state)) / log_q)  # rows skipped before the first run
+    while r < size and taken < out.shape[0]:
+        stop = min(r + run, size)
+        while r < stop and taken < out.shape[0]:
+            out[taken] = r
+            taken += 1
+            r += 1
+        r += int(np.log(_splitmix(state)) / log_q)
+    return taken
+
+
+@njit(cache=True)
+def profile_step(  # type: ignore[no-untyped-def]
+    k, level, m, samples, dropped_at, alive, n_alive, mode, j, cand, slot
+):
+    """After position ``k`` ran: mark the alive samples it dropped (not in ``level[:m]``), then
+    list the samples that must also evaluate position ``k``'s filter (the variant's extras).
+
+    ``alive[:n_alive]`` are indexes of samples no position has dropped yet, ascending by row.
+    Returns (new n_alive, number of candidates written to ``cand``/``slot``).
+    """
+    pos = 0
+    kept = 0
+    for a in range(n_alive):
+        s = alive[a]
+        row = samples[s]
+        lo = pos
+        step = 1
+        hi = lo
+        while hi < m and level[hi] < row:
+            lo = hi + 1
+            hi = lo + step
+            step *= 2
+        if hi > m:
+            hi = m
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if level[mid] < row:
+                lo = mid + 1
+            else:
+                hi = mid
+        pos = lo
+        if lo < m and level[lo] == row:
+            alive[kept] = s
+            kept += 1
+        else:
+            dropped_at[s] = k
+    c = 0
+    if k > 0 and not (mode == DIAGONAL_AND_COLUMN and k != j):
+        for s in range(samples.shape[0]):
+            d = dropped_at[s]
+            if (d == k - 1) if mode == TWO_DIAGONALS else (d < k):
+                cand[c] = samples[s]
+                slot[c] = s
+                c += 1
+    return kept, c
+
+
+@njit(cache=True)
+def finish_profiles(dropped_at, n_samples, order, bits):  # type: ignore[no-untyped-def]
+    """Keep the dropped samples' bit rows (first bit: the filter that dropped it); the rest of
+    their bits were set by the extras. Compacts ``bits`` in place; returns how many."""
+    n = order.shape[0]
+    kept = 0
+    for s in range(n_samples):
+        d = dropped_at[s]
+        if d < n:
+            for f in range(n):
+                bits[kept, f] = bits[s, f]
+            bits[kept, order[d]] = 1
+            kept += 1
+    return kept

@@ -24,9 +24,24 @@ class ProfileWindow:
         self.window_ms = window_ms
         self.bits = np.zeros((capacity, n_filters), dtype=np.uint8)
         self.ts = np.zeros(capacity, dtype=np.int64)
-        self.start = 0  # slot of the oldest live tuple
-        self.size = 0
+        self.state = np.zeros(2, dtype=np.int64)  # [slot of the oldest tuple, tuples held]
         self.inserted_total = 0
+
+    @property
+    def start(self) -> int:
+        return int(self.state[0])
+
+    @start.setter
+    def start(self, value: int) -> None:
+        self.state[0] = value
+
+    @property
+    def size(self) -> int:
+        return int(self.state[1])
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self.state[1] = value
 
     def __len__(self) -> int:
         return self.size

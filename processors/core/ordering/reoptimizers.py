@@ -27,8 +27,10 @@ from processors.kernels.profile_view import (
     FIRST_ROW,
     FULL,
     TWO_DIAGONALS,
-    view_apply,
+    find_violation,
+    greedy_correct,
     view_row,
+    window_absorb,
 )
 
 
@@ -82,18 +84,14 @@ class Reoptimizer:
         if not self.profiles:
             return []
         t0 = time.perf_counter_ns()
-        gone = self.window.expire(now_ms)
-        expired_by_time = self.window.bits[gone].copy()
-        expired, slots = self.window.append(np.ascontiguousarray(bits, dtype=np.uint8), now_ms)
-        t1 = time.perf_counter_ns()
-        for old in (expired_by_time, expired):
-            if len(old):
-                view_apply(self.view, self.order, old, np.arange(len(old)), -1, self.mode,
-                           self.column)
-        view_apply(self.view, self.order, self.window.bits, slots, 1, self.mode, self.column)
-        t2 = time.perf_counter_ns()
-        self.ns["profile_window"] += t1 - t0
-        self.ns["view_update"] += t2 - t1
+        window = self.window
+        window_absorb(
+            window.bits, window.ts, window.state, np.ascontiguousarray(bits, dtype=np.uint8),
+            len(bits), now_ms, window.window_ms or 0, self.view, self.order, self.mode,
+            self.column,
+        )  # fmt: skip
+        window.inserted_total += len(bits)
+        self.ns["view_update"] += time.perf_counter_ns() - t0
         return self.reoptimize(costs) if reoptimize else []
 
     def reoptimize(self, costs: np.ndarray) -> list[OrderChange]:
@@ -114,6 +112,13 @@ class Reoptimizer:
         self.ns["violations"] += time.perf_counter_ns() - t0
         return changes
 
+    def violation(self, costs: np.ndarray) -> int | None:
+        """The first position violating the invariant by more than alpha (eq. 4), if any."""
+        if self.n < 2:
+            return None
+        found = find_violation(self.view, self.order, costs, self.alpha, self.mode, self.column)
+        return None if found < 0 else int(found)
+
     def after_check(self) -> list[OrderChange]:
         return []
 
@@ -132,10 +137,7 @@ class Reoptimizer:
         """V[r, c] / a_{f(c)}: conditional drop counts per unit of processing time."""
         return self.view / costs[self.order][None, :]
 
-    # -- the invariant ----------------------------------------------------------------------
-    def violation(self, costs: np.ndarray) -> int | None:
-        raise NotImplementedError
-
+    # -- the correction ---------------------------------------------------------------------
     def correct(self, position: int, costs: np.ndarray) -> str:
         raise NotImplementedError
 
@@ -146,37 +148,14 @@ class AGreedy(Reoptimizer):
     name = "agreedy"
     mode = FULL
 
-    def violation(self, costs: np.ndarray) -> int | None:
-        ratio = self.ratios(costs)
-        diagonal = ratio.diagonal()
-        beaten = diagonal[:, None] < self.alpha * np.triu(ratio, 1)
-        rows = np.flatnonzero(beaten.any(axis=1))
-        return int(rows[0]) if len(rows) else None
-
     def correct(self, position: int, costs: np.ndarray) -> str:
-        """Fig. 5: recompute rows from ``position`` on, bringing the best filter forward."""
-        rows = self.window.live_rows()
-        moved = []
-        max_row = position
-        r = position
-        while r <= max_row:
-            view_row(self.view, r, self.order, self.window.bits, rows, FULL, -1)
-            ratio = self.view[r, r:] / costs[self.order[r:]]
-            best = r
-            for c in range(r + 1, self.n):
-                if ratio[c - r] > ratio[best - r]:
-                    best = c
-            max_row = max(max_row, best)
-            if best != r:
-                # Fig. 5 swaps positions r and best; Fig. 6(c) shows the filter moved to r with
-                # the ones it passes keeping their relative order. Both restore the invariant;
-                # they differ on ties, and moving reproduces the paper's worked example.
-                moved.append(int(self.order[best]))
-                shift = [best, *range(r, best)]
-                self.order[r : best + 1] = self.order[shift]
-                self.view[: r + 1, r : best + 1] = self.view[: r + 1, shift]
-            r += 1
-        return f"greedy invariant violated at position {position}; moved forward {moved}"
+        """Fig. 5 (see ``greedy_correct``)."""
+        before = self.order.copy()
+        greedy_correct(
+            self.view, self.order, self.window.bits, self.window.live_rows(), costs, position
+        )
+        moved = [int(f) for k, f in enumerate(self.order) if f != before[k]]
+        return f"greedy invariant violated at position {position}; reordered {moved}"
 
 
 class Independent(Reoptimizer):
@@ -184,13 +163,6 @@ class Independent(Reoptimizer):
 
     name = "independent"
     mode = FIRST_ROW
-
-    def violation(self, costs: np.ndarray) -> int | None:
-        first = self.ratios(costs)[0]
-        best_after = np.maximum.accumulate(first[::-1])[::-1]  # max over positions >= i
-        beaten = first[:-1] < self.alpha * best_after[1:]
-        rows = np.flatnonzero(beaten)
-        return int(rows[0]) if len(rows) else None
 
     def correct(self, position: int, costs: np.ndarray) -> str:
         first = self.ratios(costs)[0]
@@ -225,15 +197,6 @@ class Sweep(Reoptimizer):
             return np.zeros(len(dropped_at), dtype=bool)
         return dropped_at < position
 
-    def violation(self, costs: np.ndarray) -> int | None:
-        if self.n < 2:
-            return None
-        ratio = self.ratios(costs)
-        j = self.j
-        beaten = ratio.diagonal()[:j] < self.alpha * ratio[:j, j]
-        rows = np.flatnonzero(beaten)
-        return int(rows[0]) if len(rows) else None
-
     def correct(self, position: int, costs: np.ndarray) -> str:
         f = int(self.order[self.j])
         self.order = np.insert(np.delete(self.order, self.j), position, f)
@@ -264,14 +227,6 @@ class LocalSwaps(Reoptimizer):
 
     def extra_evaluation(self, position: int, dropped_at: np.ndarray) -> np.ndarray:
         return dropped_at == position - 1
-
-    def violation(self, costs: np.ndarray) -> int | None:
-        ratio = self.ratios(costs)
-        n = self.n
-        diagonal = ratio.diagonal()[: n - 1]
-        next_one = ratio[np.arange(n - 1), np.arange(1, n)]
-        rows = np.flatnonzero(diagonal < self.alpha * next_one)
-        return int(rows[0]) if len(rows) else None
 
     def correct(self, position: int, costs: np.ndarray) -> str:
         i = position
