@@ -29,6 +29,28 @@ def _kept(mode: int, r: int, c: int, j: int) -> bool:
     return c == r or c == r + 1
 
 
+@njit(cache=True, inline="always")
+def _apply_one(view, order, bits, t, delta, mode, j):  # type: ignore[no-untyped-def]
+    """Fig. 3 for the one profile tuple ``bits[t]``."""
+    n = order.shape[0]
+    dc = 0
+    while dc < n and bits[t, order[dc]] == 0:
+        dc += 1
+    if dc == n:  # a tuple no filter dropped counts nowhere
+        return
+    if mode == FULL:
+        for c in range(dc, n):
+            if bits[t, order[c]] == 1:
+                for r in range(dc + 1):
+                    view[r, c] += delta
+        return
+    for c in range(dc, n):
+        if bits[t, order[c]] == 1:
+            for r in range(dc + 1):
+                if _kept(mode, r, c, j):
+                    view[r, c] += delta
+
+
 @njit(cache=True)
 def view_apply(view, order, bits, rows, delta, mode, j):  # type: ignore[no-untyped-def]
     """Add ``delta`` (+1 insert, -1 delete) for each profile tuple ``bits[rows[k]]``: Fig. 3.
@@ -36,19 +58,8 @@ def view_apply(view, order, bits, rows, delta, mode, j):  # type: ignore[no-unty
     The figure's line 8 tests ``b == 0``; the text says the entries of the filters that
     *dropped* the tuple are incremented, which is what is done here (``b == 1``).
     """
-    n = order.shape[0]
     for k in range(rows.shape[0]):
-        t = rows[k]
-        dc = 0
-        while dc < n and bits[t, order[dc]] == 0:
-            dc += 1
-        if dc == n:  # a tuple no filter dropped counts nowhere
-            continue
-        for c in range(dc, n):
-            if bits[t, order[c]] == 1:
-                for r in range(dc + 1):
-                    if _kept(mode, r, c, j):
-                        view[r, c] += delta
+        _apply_one(view, order, bits, rows[k], delta, mode, j)
 
 
 @njit(cache=True)
@@ -103,36 +114,75 @@ def _splitmix(state):  # type: ignore[no-untyped-def]
     return (np.float64(z >> np.uint64(11)) + 0.5) / 9007199254740992.0
 
 
+@njit(cache=True, inline="always")
+def _count_one(hist, order, bits, t, delta):  # type: ignore[no-untyped-def]
+    """Count profile tuple ``bits[t]`` into ``hist[dc, c]`` (dropped at position dc, and
+    position c drops it too): additions without branches on the bits."""
+    n = order.shape[0]
+    dc = 0
+    while dc < n and bits[t, order[dc]] == 0:
+        dc += 1
+    if dc == n:
+        return
+    for c in range(dc, n):
+        hist[dc, c] += delta * bits[t, order[c]]
+
+
 @njit(cache=True)
-def window_absorb(ring, ring_ts, state, new_bits, m, now_ms, window_ms, view, order, mode, j):  # type: ignore[no-untyped-def]
-    """Expire profile tuples (by time, then by capacity), insert ``new_bits[:m]``, and keep the
-    view in step (Fig. 3 for each insert and delete). ``state`` = [start, size]."""
+def view_from_hist(hist, view, mode, j):  # type: ignore[no-untyped-def]
+    """V[r, c] = tuples dropped at a position >= r that position c drops (Section 4.2.1),
+    from the drop-position histogram; entries the variant does not keep are left at zero."""
+    n = hist.shape[0]
+    for c in range(n):
+        running = 0
+        for r in range(c, -1, -1):
+            running += hist[r, c]
+            view[r, c] = running if _kept(mode, r, c, j) else 0
+
+
+@njit(cache=True)
+def hist_rebuild(hist, order, bits, rows):  # type: ignore[no-untyped-def]
+    """The histogram from the live profile tuples (after the order changed)."""
+    hist[:, :] = 0
+    for k in range(rows.shape[0]):
+        _count_one(hist, order, bits, rows[k], 1)
+
+
+@njit(cache=True)
+def window_absorb(  # type: ignore[no-untyped-def]
+    ring, ring_ts, state, new_bits, m, now_ms, window_ms, hist, view, order, mode, j
+):
+    """Expire profile tuples (by time, then by capacity), insert ``new_bits[:m]``, and bring the
+    view up to date. ``state`` = [start, size].
+
+    The view is kept through ``hist``, a count of profile tuples by (drop position, position
+    that drops them): Fig. 3 touches up to dc * (n - dc) view entries per tuple, the histogram
+    n - dc, and the view is its running sums, rebuilt once per call.
+    """
     cap = ring.shape[0]
+    width = ring.shape[1]
     start, size = state[0], state[1]
+    first = 0
     if m > cap:  # only the newest cap tuples can stay
-        new_bits = new_bits[m - cap : m]
-        m = cap
-    one = np.empty(1, dtype=np.int64)
+        first = m - cap
     if window_ms > 0:
         while size > 0 and ring_ts[start] < now_ms - window_ms:
-            one[0] = start
-            view_apply(view, order, ring, one, -1, mode, j)
+            _count_one(hist, order, ring, start, -1)
             start = (start + 1) % cap
             size -= 1
-    while size + m > cap:
-        one[0] = start
-        view_apply(view, order, ring, one, -1, mode, j)
+    while size + (m - first) > cap:
+        _count_one(hist, order, ring, start, -1)
         start = (start + 1) % cap
         size -= 1
-    for t in range(m):
+    for t in range(first, m):
         slot = (start + size) % cap
-        for f in range(ring.shape[1]):
+        for f in range(width):
             ring[slot, f] = new_bits[t, f]
         ring_ts[slot] = now_ms
-        one[0] = slot
-        view_apply(view, order, ring, one, 1, mode, j)
+        _count_one(hist, order, ring, slot, 1)
         size += 1
     state[0], state[1] = start, size
+    view_from_hist(hist, view, mode, j)
 
 
 @njit(cache=True)

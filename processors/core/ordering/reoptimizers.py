@@ -29,6 +29,8 @@ from processors.kernels.profile_view import (
     TWO_DIAGONALS,
     find_violation,
     greedy_correct,
+    hist_rebuild,
+    view_from_hist,
     view_row,
     window_absorb,
 )
@@ -62,6 +64,8 @@ class Reoptimizer:
             raise ValueError(f"order {list(self.order)} is not a permutation of 0..{n_filters - 1}")
         self.window = ProfileWindow(n_filters, config.window, config.window_ms)
         self.view = np.zeros((n_filters, n_filters), dtype=np.int64)
+        # profile tuples by (drop position, dropping position): the view is its running sums
+        self.hist = np.zeros((n_filters, n_filters), dtype=np.int64)
         self.ns = {"profile_window": 0, "view_update": 0, "violations": 0}
         self.checks = 0
         self.violations = 0
@@ -87,8 +91,8 @@ class Reoptimizer:
         window = self.window
         window_absorb(
             window.bits, window.ts, window.state, np.ascontiguousarray(bits, dtype=np.uint8),
-            len(bits), now_ms, window.window_ms or 0, self.view, self.order, self.mode,
-            self.column,
+            len(bits), now_ms, window.window_ms or 0, self.hist, self.view, self.order,
+            self.mode, self.column,
         )  # fmt: skip
         window.inserted_total += len(bits)
         self.ns["view_update"] += time.perf_counter_ns() - t0
@@ -106,6 +110,7 @@ class Reoptimizer:
                 before = tuple(int(f) for f in self.order)
                 reason = self.correct(position, costs)
                 after = tuple(int(f) for f in self.order)
+                self._sync_histogram()
                 if after != before:
                     changes.append(OrderChange(before, after, position, reason))
         changes.extend(self.after_check())
@@ -122,6 +127,12 @@ class Reoptimizer:
     def after_check(self) -> list[OrderChange]:
         return []
 
+    def _sync_histogram(self) -> None:
+        """After a reorder: the histogram for the new order (the view's kept rows were
+        recomputed by the correction itself; the rest follow from the histogram)."""
+        hist_rebuild(self.hist, self.order, self.window.bits, self.window.live_rows())
+        view_from_hist(self.hist, self.view, self.mode, self.column)
+
     def recompute_view(self) -> None:
         """Every kept row of the view from the window (after a reorder or for checking)."""
         rows = self.window.live_rows()
@@ -132,6 +143,7 @@ class Reoptimizer:
     def reset_statistics(self) -> None:
         self.window.clear()
         self.view[:] = 0
+        self.hist[:] = 0
 
     def ratios(self, costs: np.ndarray) -> np.ndarray:
         """V[r, c] / a_{f(c)}: conditional drop counts per unit of processing time."""
