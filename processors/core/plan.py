@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import fastavro
 
+from processors.core.ordering.config import OrderingConfig
+
 if TYPE_CHECKING:
     from processors.core.query import Predicate
 
@@ -155,6 +157,8 @@ class LogicalPlan:
     projected: bool = False  # select() was given
     # one column per stream, all equal through the joins: the MJoin partitioning key, if any
     join_key: tuple[ColumnRef, ...] | None = None
+    # how filter stages order their filters (Query.adapt); None: OrderingConfig() defaults
+    ordering: OrderingConfig | None = None
 
     def stream(self, name: str) -> StreamSpec:
         return next(s for s in self.streams if s.name == name)
@@ -166,6 +170,11 @@ class LogicalPlan:
             for f in self.filters
             if f.stream == stream and (placement is None or f.placement == placement)
         )
+
+    @property
+    def ordering_config(self) -> OrderingConfig:
+        """The filter-ordering settings in effect: ``ordering`` or the defaults."""
+        return self.ordering if self.ordering is not None else OrderingConfig()
 
     @property
     def is_passthrough(self) -> bool:
@@ -206,6 +215,9 @@ class LogicalPlan:
                 }
                 for f in self.filters
             ],
+            # the settings filter stages run with (defaults unless adapt() was given); none
+            # without filters
+            "ordering": self.ordering_config.to_json() if self.filters else None,
             "joins": [str(j) for j in self.joins],
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],
             "output": {

@@ -7,6 +7,7 @@
     q.where(col("r.temperature") > 30.0, col("r.site").isin({"a", "b"}))
     q.join("r.site", "s.name")
     q.into("alerts", partitions=4)
+    q.adapt("agreedy", profile_probability=0.02)   # optional: how filters are ordered
     plan = q.build()
 
 Checks that need only a call's own arguments fail at that call; checks that relate
@@ -18,12 +19,14 @@ naming the stream, field, topic or window at fault, because the user reads it, n
 from __future__ import annotations
 
 import copy
+import numbers
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from processors.core.ordering.config import OrderingConfig, OrderingConfigError
 from processors.core.plan import (
     INTEGER,
     ColumnRef,
@@ -48,6 +51,17 @@ KEY_TYPES = frozenset({"int", "long", "string", "bytes", "enum"})
 _SUB_MS = ("-micros", "-nanos")  # logical types in finer units than streamon's ms event time
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# adapt() settings checked for type here, so that a wrong one is named (OrderingConfig checks
+# ranges): setting -> (int or real, whether None is allowed)
+_ORDERING_TYPES = {
+    "profile_probability": ("real", True),
+    "window_tuples": ("int", True),
+    "window_ms": ("int", True),
+    "alpha": ("real", False),
+    "min_profile_tuples": ("int", False),
+    "cost_samples": ("int", False),
+    "seed": ("int", False),
+}
 
 
 def check_topic(topic: object, what: str) -> str:
@@ -149,6 +163,7 @@ class Query:
         self._joins: list[tuple[ColumnRef, ColumnRef]] = []
         self._select: list[tuple[ColumnRef, str | None]] | None = None
         self._result: tuple[str, int | None] | None = None
+        self._ordering: OrderingConfig | None = None
 
     def stream(
         self,
@@ -254,6 +269,28 @@ class Query:
         self._result = (topic, _check_partitions(partitions, f"result topic {topic!r}"))
         return self
 
+    def adapt(self, algorithm: str = "agreedy", **settings: Any) -> Query:
+        """How filter stages order the filters: the algorithm and its profiling settings.
+
+        ``algorithm`` is one of agreedy (default), sweep, independent, localswaps or fixed; the
+        settings are those of :class:`OrderingConfig` (``profile_probability``,
+        ``window_tuples``, ``window_ms``, ``alpha``, ``min_profile_tuples``, ``costs``,
+        ``cost_samples``, ``seed``). Without adapt(), filters run A-Greedy with the paper's
+        defaults.
+        """
+        if self._ordering is not None:
+            raise QueryError("adapt() is given twice")
+        costs = settings.get("costs")
+        if isinstance(costs, Iterable) and not isinstance(costs, str | bytes | Mapping):
+            settings["costs"] = tuple(costs)  # a generator is read once, here
+        for name, value in settings.items():
+            _check_ordering_type(name, value)
+        try:
+            self._ordering = OrderingConfig.from_mapping({"algorithm": algorithm, **settings})
+        except OrderingConfigError as exc:
+            raise QueryError(f"adapt(): {exc}") from exc
+        return self
+
     def build(self) -> LogicalPlan:
         """The validated plan; the first problem found raises QueryError."""
         if not self._streams:
@@ -272,6 +309,7 @@ class Query:
         joins = self._checked_joins()
         streams = tuple(self._streams.values())
         output = self._output()
+        self._check_ordering(filters)
         return LogicalPlan(
             name=self.name,
             streams=streams,
@@ -284,6 +322,7 @@ class Query:
             result_partitions=partitions,
             projected=self._select is not None,
             join_key=join_key(streams, joins),
+            ordering=self._ordering,
         )
 
     def _field(self, ref: ColumnRef, what: str) -> FieldInfo:
@@ -318,6 +357,24 @@ class Query:
             "above_window" if window and not window.commutes_with_selection else "below_window"
         )
         return Filter(pred.ref.stream, pred.ref.field, pred.op, values, placement)  # type: ignore[arg-type]
+
+    def _check_ordering(self, filters: tuple[Filter, ...]) -> None:
+        config = self._ordering
+        if config is None:
+            return
+        if not filters:
+            raise QueryError(
+                f"adapt(): query {self.name!r} has no filters to order; add where(...) or drop "
+                "adapt()"
+            )
+        if config.costs is not None:
+            for stream in dict.fromkeys(f.stream for f in filters):
+                n = sum(f.stream == stream for f in filters)
+                if len(config.costs) != n:
+                    raise QueryError(
+                        f"adapt(): costs gives {len(config.costs)} costs but stream {stream!r} "
+                        f"has {n} filters (one cost per filter, in where() order)"
+                    )
 
     def _checked_joins(self) -> tuple[JoinPredicate, ...]:
         joins: list[JoinPredicate] = []
@@ -369,3 +426,29 @@ class Query:
             taken[name] = ref
             out.append(OutputColumn(name, ref, info.type))
         return tuple(out)
+
+
+def _check_ordering_type(name: str, value: Any) -> None:
+    """A QueryError naming the adapt() setting if ``value`` has the wrong type."""
+    if name == "costs":
+        if value is None:
+            return
+        if (
+            isinstance(value, str | bytes | Mapping)
+            or not isinstance(value, Iterable)
+            or not all(isinstance(c, numbers.Real) and not isinstance(c, bool) for c in value)
+        ):
+            raise QueryError(f"adapt(): costs must be a sequence of numbers, got {value!r}")
+        return
+    if name not in _ORDERING_TYPES:
+        return  # unknown settings: OrderingConfig.from_mapping names them
+    kind, nullable = _ORDERING_TYPES[name]
+    if value is None and nullable:
+        return
+    ok = isinstance(value, numbers.Integral if kind == "int" else numbers.Real)
+    if not ok or isinstance(value, bool):
+        what = "an int" if kind == "int" else "a number"
+        none = " or None" if nullable else ""
+        raise QueryError(
+            f"adapt(): {name} must be {what}{none}, got {value!r} ({type(value).__name__})"
+        )

@@ -3,6 +3,9 @@
 - ingest: external topic (one Avro record per message, delivered in bulk as RecordBlocks) ->
   bulk Avro decode -> batch envelopes on an internal topic, same partition;
 - stage: envelope topic -> ``Stage.process`` (one stage instance per partition) -> envelopes;
+  either one event per envelope, or (``bulk=True``) one event per fetched run of envelopes,
+  decoded and concatenated into batches of up to ``max_batch_tuples`` before ``process``, so
+  that a stage's per-call cost is paid once per several envelopes;
 - sink: envelope topic -> bulk Avro encode -> one record per message on the result topic.
 
 Failures split in two. Input that cannot be decoded or processed is data: it becomes a dead
@@ -174,6 +177,10 @@ def add_ingest_agent(
     return stats
 
 
+#: Tuples a bulk stage agent concatenates into one batch before ``Stage.process``.
+MAX_BATCH_TUPLES = 16_384
+
+
 def add_stage_agent(
     ctx: AgentContext,
     *,
@@ -181,9 +188,22 @@ def add_stage_agent(
     in_topic: str,
     out_topic: str,
     make_stage: Callable[[int], Stage],
+    bulk: bool = False,
+    max_batch_tuples: int = MAX_BATCH_TUPLES,
 ) -> AgentStats:
-    """Envelopes -> stage -> envelopes, one stage instance per partition."""
+    """Envelopes -> stage -> envelopes, one stage instance per partition.
+
+    With ``bulk``, ``in_topic`` must be one of the app's bulk topics: every fetched run of
+    envelopes is one event, and consecutive envelopes of the same layout are concatenated (up
+    to ``max_batch_tuples``) into one ``process`` call. If that call fails, the run's envelopes
+    are processed one by one, so that only the failing ones become dead letters; use it for
+    stages whose failed ``process`` leaves no half-applied state (filters).
+
+    Plan changes a stage reports in its ``stats()`` (``changes_total`` and the latest
+    ``recent_changes``) become the ``events`` of the agent's Stats records.
+    """
     stages: dict[int, Stage] = {}
+    changes_seen: dict[int, int] = {}
 
     def process(batch: Batch, partition: int) -> list[Batch]:
         stage = stages.get(partition)
@@ -199,7 +219,29 @@ def add_stage_agent(
     def plan() -> dict[str, Any]:
         return {str(p): s.stats() for p, s in sorted(stages.items())}
 
-    return _envelope_agent(ctx, name, in_topic, process, emit, plan)
+    def events() -> list[dict[str, Any]]:
+        """Plan changes since the previous call, from the stages' recent_changes."""
+        new_events: list[dict[str, Any]] = []
+        for partition, stage in sorted(stages.items()):
+            stats = stage.stats()
+            total, recent = stats.get("changes_total"), stats.get("recent_changes")
+            if not isinstance(total, int) or not isinstance(recent, list):
+                continue
+            fresh = total - changes_seen.get(partition, 0)
+            changes_seen[partition] = total
+            if fresh > 0:
+                shown = recent[-fresh:]
+                if fresh > len(shown):  # more changes than the stage remembers
+                    new_events.append({"partition": partition, "unreported": fresh - len(shown)})
+                new_events.extend({"partition": partition, **change} for change in shown)
+        return new_events
+
+    if bulk:
+        stats = _bulk_stage_agent(ctx, name, in_topic, process, emit, plan, max_batch_tuples)
+    else:
+        stats = _envelope_agent(ctx, name, in_topic, process, emit, plan)
+    stats.new_events = events
+    return stats
 
 
 def add_sink_agent(
@@ -257,6 +299,124 @@ def _envelope_agent(
             n_in = 0 if batch is None else len(batch)
             stats.record(n_in, n_out, time.perf_counter_ns() - started, 1, len(message.value))
             stats.positions[message.partition] = message.offset + 1
+
+    ctx.app.agent(source, name=name)(run)
+    return stats
+
+
+def _same_layout(a: Batch, b: Batch) -> bool:
+    """Whether ``a`` and ``b`` concatenate without losing anything (columns, keys, meta)."""
+    if a.meta != b.meta or (a.key is None) != (b.key is None):
+        return False
+    if a.key is not None and b.key is not None and a.key.utf8 != b.key.utf8:
+        return False
+    if list(a.columns) != list(b.columns):
+        return False
+    for name, col in a.columns.items():
+        other = b.columns[name]
+        if isinstance(col, VarColumn):
+            if not isinstance(other, VarColumn) or col.utf8 != other.utf8:
+                return False
+        elif isinstance(other, VarColumn) or col.dtype != other.dtype:
+            return False
+    return True
+
+
+def _runs(batches: list[tuple[int, Batch]], max_tuples: int) -> list[list[tuple[int, Batch]]]:
+    """Consecutive batches grouped for concatenation: same layout, at most ``max_tuples``.
+
+    A batch of at least a quarter of ``max_tuples`` stays alone: its per-call overhead is
+    already small, and concatenating would only copy it (~15 ns/tuple). Measured with 4
+    filters: FilterStage.process takes 133 ns/tuple on 1,000-tuple batches, 56 on 16,000;
+    envelopes of 6,400 tuples gain nothing from concatenation.
+    """
+    runs: list[list[tuple[int, Batch]]] = []
+    size = 0
+    alone = max(max_tuples // 4, 1)
+    for item in batches:
+        n = len(item[1])
+        if runs and n < alone and size + n <= max_tuples and _same_layout(runs[-1][-1][1], item[1]):
+            runs[-1].append(item)
+            size += n
+        else:
+            runs.append([item])
+            size = n if n < alone else max_tuples  # nothing joins a batch that stays alone
+    return runs
+
+
+def _bulk_stage_agent(
+    ctx: AgentContext,
+    name: str,
+    in_topic: str,
+    work: Callable[[Batch, int], list[Batch]],
+    emit: Callable[[list[Batch], int], int],
+    plan: Callable[[], dict[str, Any]],
+    max_batch_tuples: int,
+) -> AgentStats:
+    """A stage agent over a bulk envelope topic: one event per fetched run of envelopes."""
+    source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
+    stats = ctx.board.agent(name, name, plan=plan)
+    stats.topic = in_topic
+
+    def dead_letter(block: RecordBlock, index: int, reason: str) -> None:
+        ctx.dead_letters.send(
+            source_topic=block.topic,
+            partition=block.partition,
+            offset=block.offsets[index],
+            key=block.keys[index],
+            value=block.values[index],
+            reason=reason,
+            stage=name,
+        )
+        stats.dead_letters += 1
+
+    def one_by_one(block: RecordBlock, run: list[tuple[int, Batch]]) -> int:
+        n_out = 0
+        for index, batch in run:
+            try:
+                outputs = work(batch, block.partition)
+            except Exception as exc:
+                log.exception(
+                    "stage %s failed on %s[%d]@%d",
+                    name, block.topic, block.partition, block.offsets[index],
+                )  # fmt: skip
+                dead_letter(block, index, f"stage {name} failed: {exc}")
+                continue
+            n_out += emit(outputs, block.partition)
+        return n_out
+
+    async def run(blocks: Any) -> None:
+        async for block in blocks:
+            if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
+                fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            started = time.perf_counter_ns()
+            partition = block.partition
+            decoded: list[tuple[int, Batch]] = []
+            nbytes = 0
+            for index, value in enumerate(block.values):
+                nbytes += len(value or b"")
+                try:
+                    decoded.append((index, decode_batch(value or b"")))
+                except Exception as exc:
+                    dead_letter(block, index, f"bad batch envelope: {exc}")
+            n_in = n_out = 0
+            for group in _runs(decoded, max_batch_tuples):
+                n_in += sum(len(b) for _, b in group)
+                if len(group) == 1:
+                    n_out += one_by_one(block, group)
+                    continue
+                try:
+                    outputs = work(Batch.concat(b for _, b in group), partition)
+                except Exception as exc:
+                    log.warning(
+                        "stage %s failed on %d envelopes of %s[%d] (%r); one by one now",
+                        name, len(group), block.topic, partition, exc,
+                    )  # fmt: skip
+                    n_out += one_by_one(block, group)
+                    continue
+                n_out += emit(outputs, partition)
+            stats.record(n_in, n_out, time.perf_counter_ns() - started, len(block), nbytes)
+            stats.positions[partition] = block.offsets[-1] + 1
 
     ctx.app.agent(source, name=name)(run)
     return stats

@@ -36,6 +36,8 @@ class AgentStats:
     positions: dict[int, int] = field(default_factory=dict)
     plan: Callable[[], dict[str, Any]] = dict
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: plan changes made since its previous call (for example filter order changes)
+    new_events: Callable[[], list[dict[str, Any]]] = list
 
     def record(self, n_in: int, n_out: int, busy_ns: int, messages: int, nbytes: int) -> None:
         """Count one processed input batch (``messages`` Kafka messages of ``nbytes``)."""
@@ -108,7 +110,7 @@ class StatsBoard:
             }
             self._last[name] = current
             backlog_tuples, backlog_bytes = backlog(stats)
-            events, stats.events = stats.events, []
+            events, stats.events = stats.events + stats.new_events(), []
             record = {
                 "worker_id": self.worker_id,
                 "query": self.query,
