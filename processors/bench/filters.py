@@ -132,7 +132,7 @@ def run_filters_bench(tuples: int = 4_000_000, kafka: bool = True) -> dict[str, 
         from processors.bench.filters_e2e import agent_vs_passthrough
 
         _say("end to end through Kafka: filter query against the pass-through pipeline")
-        e2e = agent_vs_passthrough(None)
+        e2e = agent_vs_passthrough(None, tuples=2_000_000, repeats=2)
         results.update(e2e)
         results["agent_vs_passthrough"] = e2e["agent_vs_passthrough"]
     results["machine"] = _machine()

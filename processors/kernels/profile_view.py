@@ -288,14 +288,14 @@ def sample_rows(size, p, run, state, out):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def profile_step(  # type: ignore[no-untyped-def]
-    k, level, m, samples, dropped_at, alive, n_alive, mode, j, cand, slot
-):
-    """After position ``k`` ran: mark the alive samples it dropped (not in ``level[:m]``), then
-    list the samples that must also evaluate position ``k``'s filter (the variant's extras).
+def profile_step(k, level, m, samples, dropped_at, alive, n_alive, dead, dead_slot, n_dead):  # type: ignore[no-untyped-def]
+    """After position ``k`` ran: find the alive samples it dropped (not in ``level[:m]``).
 
-    ``alive[:n_alive]`` are indexes of samples no position has dropped yet, ascending by row.
-    Returns (new n_alive, number of candidates written to ``cand``/``slot``).
+    ``alive[:n_alive]`` are indexes of samples no position has dropped yet, ascending by row;
+    the dropped ones get ``dropped_at = k`` and are appended to the dead list (``dead`` rows,
+    ``dead_slot`` sample indexes), which therefore holds the samples in the order they were
+    dropped: the samples any later position must also evaluate are a slice of it.
+    Returns (new n_alive, new n_dead).
     """
     pos = 0
     kept = 0
@@ -323,15 +323,10 @@ def profile_step(  # type: ignore[no-untyped-def]
             kept += 1
         else:
             dropped_at[s] = k
-    c = 0
-    if k > 0 and not (mode == DIAGONAL_AND_COLUMN and k != j):
-        for s in range(samples.shape[0]):
-            d = dropped_at[s]
-            if (d == k - 1) if mode == TWO_DIAGONALS else (d < k):
-                cand[c] = samples[s]
-                slot[c] = s
-                c += 1
-    return kept, c
+            dead[n_dead] = row
+            dead_slot[n_dead] = s
+            n_dead += 1
+    return kept, n_dead
 
 
 @njit(cache=True)

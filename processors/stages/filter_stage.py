@@ -24,6 +24,8 @@ from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import Predicate, plan_predicates
 from processors.kernels.profile_view import (
+    DIAGONAL_AND_COLUMN,
+    TWO_DIAGONALS,
     finish_profiles,
     mark_dropped,
     profile_step,
@@ -42,6 +44,20 @@ BREAKDOWN = (
 RECENT_CHANGES = 20
 PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
 COST_SAMPLE_EVERY = 4  # time the filters on every 4th batch: a_i drifts slowly, clocks cost
+
+
+def extra_slice(mode: int, k: int, j: int, prev_start: int, n_dead: int) -> tuple[int, int]:
+    """Which samples dropped before position ``k`` evaluate it too, as a slice of the dead
+    list (samples in the order they were dropped; ``prev_start`` is where position k-1's
+    began): all of them for A-Greedy and Independent, those dropped at k-1 for LocalSwaps,
+    all of them at the profiled position only for Sweep."""
+    if k == 0:
+        return 0, 0
+    if mode == TWO_DIAGONALS:
+        return prev_start, n_dead
+    if mode == DIAGONAL_AND_COLUMN and k != j:
+        return 0, 0
+    return 0, n_dead
 
 
 def _wall_ms() -> int:
@@ -189,7 +205,7 @@ class FilterStage:
         measure = self.costs.measured and self.batches % COST_SAMPLE_EVERY == 1
         order = reopt.order
         profiling = reopt.profiles and self.config.p > 0
-        n_samples = n_alive = 0
+        n_samples = n_alive = n_dead = before_prev = 0
         if profiling:
             start = clock()
             n_samples = sample_rows(
@@ -222,14 +238,18 @@ class FilterStage:
                 m = m_next
             if n_samples:
                 start = clock()
-                n_alive, c = profile_step(
+                # the samples dropped before k that the variant evaluates at k: a dead-list slice
+                lo, hi = extra_slice(reopt.mode, k, reopt.column, before_prev, n_dead)
+                before_prev = n_dead
+                n_alive, n_dead = profile_step(
                     k, sels[k + 1], m, samples, dropped_at, self._alive, n_alive,
-                    reopt.mode, reopt.column, self._cand, self._slot,
+                    self._cand, self._slot, n_dead,
                 )  # fmt: skip
-                if c:
-                    kept = predicate.select(batch, self._cand, c, self._passed)
-                    mark_dropped(self._cand[:c], self._passed, kept, self._slot, bits, f)
-                    self.profile_evaluations[f] += c
+                if hi > lo:
+                    cand, slot = self._cand[lo:hi], self._slot[lo:hi]
+                    kept = predicate.select(batch, cand, hi - lo, self._passed)
+                    mark_dropped(cand, self._passed, kept, slot, bits, f)
+                    self.profile_evaluations[f] += hi - lo
                 self._profile_ns += clock() - start
             elif not m:
                 break
