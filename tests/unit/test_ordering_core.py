@@ -135,3 +135,18 @@ def test_bad_settings_name_the_problem(settings_: dict, named: str) -> None:
 def test_order_must_be_a_permutation() -> None:
     with pytest.raises(ValueError, match="permutation"):
         make_reoptimizer(3, OrderingConfig(), [0, 0, 1])
+
+
+def test_time_based_window_expires_in_the_reoptimizer() -> None:
+    config = OrderingConfig(window_tuples=100, window_ms=100, min_profile_tuples=10**6)
+    reopt = make_reoptimizer(3, config)
+    costs = np.ones(3)
+    old = np.array([[1, 0, 0], [1, 1, 0]], np.uint8)
+    new = np.array([[0, 1, 1]], np.uint8)
+    reopt.absorb(old, 0, costs)
+    reopt.absorb(new, 50, costs)
+    assert len(reopt.window) == 3
+    reopt.absorb(np.zeros((0, 3), np.uint8), 120, costs)  # the tuples of time 0 are too old
+    assert len(reopt.window) == 1
+    assert reopt.window.bits[reopt.window.live_rows()].tolist() == [[0, 1, 1]]
+    assert reopt.view.tolist() == [[0, 1, 1], [0, 1, 1], [0, 0, 0]]
