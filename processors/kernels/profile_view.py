@@ -29,39 +29,6 @@ def _kept(mode: int, r: int, c: int, j: int) -> bool:
     return c == r or c == r + 1
 
 
-@njit(cache=True, inline="always")
-def _apply_one(view, order, bits, t, delta, mode, j):  # type: ignore[no-untyped-def]
-    """Fig. 3 for the one profile tuple ``bits[t]``."""
-    n = order.shape[0]
-    dc = 0
-    while dc < n and bits[t, order[dc]] == 0:
-        dc += 1
-    if dc == n:  # a tuple no filter dropped counts nowhere
-        return
-    if mode == FULL:
-        for c in range(dc, n):
-            if bits[t, order[c]] == 1:
-                for r in range(dc + 1):
-                    view[r, c] += delta
-        return
-    for c in range(dc, n):
-        if bits[t, order[c]] == 1:
-            for r in range(dc + 1):
-                if _kept(mode, r, c, j):
-                    view[r, c] += delta
-
-
-@njit(cache=True)
-def view_apply(view, order, bits, rows, delta, mode, j):  # type: ignore[no-untyped-def]
-    """Add ``delta`` (+1 insert, -1 delete) for each profile tuple ``bits[rows[k]]``: Fig. 3.
-
-    The figure's line 8 tests ``b == 0``; the text says the entries of the filters that
-    *dropped* the tuple are incremented, which is what is done here (``b == 1``).
-    """
-    for k in range(rows.shape[0]):
-        _apply_one(view, order, bits, rows[k], delta, mode, j)
-
-
 @njit(cache=True)
 def view_row(view, r, order, bits, rows, mode, j):  # type: ignore[no-untyped-def]
     """Recompute row ``r`` of the view from the live profile tuples ``rows``: Fig. 5 lines 6-13."""
@@ -117,7 +84,12 @@ def _splitmix(state):  # type: ignore[no-untyped-def]
 @njit(cache=True, inline="always")
 def _count_one(hist, order, bits, t, delta):  # type: ignore[no-untyped-def]
     """Count profile tuple ``bits[t]`` into ``hist[dc, c]`` (dropped at position dc, and
-    position c drops it too): additions without branches on the bits."""
+    position c drops it too): additions without branches on the bits.
+
+    This is Fig. 3 in another form: the figure adds 1 to V[r, c] for every r <= dc and every
+    c >= dc whose filter dropped the tuple (its line 8 tests ``b == 0``, but the text says the
+    filters that *dropped* it, as here); V is the running sum of ``hist`` over dc >= r.
+    """
     n = order.shape[0]
     dc = 0
     while dc < n and bits[t, order[dc]] == 0:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.core.ordering.config import OrderingConfig, OrderingConfigError
-from processors.core.ordering.profile import CostEstimates, ProfileWindow
+from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import REOPTIMIZERS, make_reoptimizer
 from processors.core.ordering.static import (
     brute_force_order,
@@ -17,7 +17,7 @@ from processors.core.ordering.static import (
     pass_fractions,
     static_greedy,
 )
-from processors.kernels.profile_view import view_apply, view_row
+from processors.kernels.profile_view import view_row
 
 
 @settings(max_examples=40, deadline=None)
@@ -53,19 +53,6 @@ def test_order_cost_is_equation_1() -> None:
     assert order_cost([1, 0], drops, [1.0, 3.0]) == pytest.approx(3.5)
 
 
-def test_profile_window_is_a_ring_with_time_expiry() -> None:
-    window = ProfileWindow(2, capacity=3, window_ms=100)
-    rows = np.array([[1, 0], [0, 1]], dtype=np.uint8)
-    expired, slots = window.append(rows, now_ms=0)
-    assert len(expired) == 0 and slots.tolist() == [0, 1]
-    expired, _ = window.append(np.array([[1, 1], [1, 0]], np.uint8), now_ms=50)
-    assert expired.tolist() == [[1, 0]]  # capacity 3: the oldest goes
-    assert window.bits[window.live_rows()].tolist() == [[0, 1], [1, 1], [1, 0]]
-    gone = window.expire(now_ms=120)  # older than 20 ms: the tuple of time 0
-    assert window.bits[gone].tolist() == [[0, 1]]
-    assert len(window) == 2
-
-
 @pytest.mark.parametrize("algorithm", ["agreedy", "independent", "sweep", "localswaps"])
 def test_incremental_view_equals_recomputation_on_kept_entries(algorithm: str) -> None:
     rng = np.random.default_rng(4)
@@ -85,17 +72,6 @@ def test_incremental_view_equals_recomputation_on_kept_entries(algorithm: str) -
     for r in range(n):
         view_row(full, r, reopt.order, reopt.window.bits, rows, 0, -1)
     assert np.array_equal(incremental[incremental != 0], full[incremental != 0])
-
-
-def test_view_apply_insert_then_delete_is_zero() -> None:
-    rng = np.random.default_rng(1)
-    bits = (rng.random((40, 5)) < 0.5).astype(np.uint8)
-    view = np.zeros((5, 5), np.int64)
-    order = np.array([3, 1, 4, 0, 2])
-    view_apply(view, order, bits, np.arange(40), 1, 0, -1)
-    assert view.sum() > 0
-    view_apply(view, order, bits, np.arange(40), -1, 0, -1)
-    assert not view.any()
 
 
 def test_cost_estimates_average_over_recent_calls() -> None:

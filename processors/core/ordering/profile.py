@@ -15,7 +15,8 @@ class ProfileWindow:
 
     It holds at most ``capacity`` tuples and, when ``window_ms`` is set, only those profiled in
     the last ``window_ms`` milliseconds. Rows ``live_rows()`` are the current window (their
-    order does not matter to the matrix view, only their multiset).
+    order does not matter to the matrix view, only their multiset). Tuples enter and expire in
+    ``kernels.profile_view.window_absorb``, together with the view update.
     """
 
     def __init__(self, n_filters: int, capacity: int, window_ms: int | None = None) -> None:
@@ -52,41 +53,6 @@ class ProfileWindow:
     def clear(self) -> None:
         self.start = 0
         self.size = 0
-
-    def expire(self, now_ms: int) -> np.ndarray:
-        """Drop tuples older than the time window; returns the slots they occupied."""
-        if self.window_ms is None or self.size == 0:
-            return np.empty(0, dtype=np.int64)
-        rows = self.live_rows()
-        old = int(np.searchsorted(self.ts[rows], now_ms - self.window_ms, side="left"))
-        return self._pop_oldest(old)
-
-    def _pop_oldest(self, k: int) -> np.ndarray:
-        k = min(k, self.size)
-        slots = (self.start + np.arange(k, dtype=np.int64)) % self.capacity
-        self.start = (self.start + k) % self.capacity
-        self.size -= k
-        return slots
-
-    def append(self, bits: np.ndarray, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
-        """Add profile tuples; returns (bits of the tuples that expired, slots of the new ones).
-
-        The expired bits are copied out before their slots are reused, so the caller can
-        subtract them from the view after the append.
-        """
-        bits = bits[-self.capacity :] if len(bits) > self.capacity else bits
-        m = len(bits)
-        overflow = max(0, self.size + m - self.capacity)
-        gone = self._pop_oldest(overflow)
-        expired = self.bits[gone].copy()
-        end = (self.start + self.size) % self.capacity
-        slots = (end + np.arange(m, dtype=np.int64)) % self.capacity
-        self.bits[slots] = bits
-        self.ts[slots] = now_ms
-        self.size += m
-        self.inserted_total += m
-        return expired, slots
-
 
 class CostEstimates:
     """Per-filter processing time a_i: total time over total tuples of the last K timed calls.

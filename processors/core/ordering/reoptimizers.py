@@ -76,10 +76,6 @@ class Reoptimizer:
         """The profiled position (Sweep); -1 when every position is profiled."""
         return -1
 
-    def extra_evaluation(self, position: int, dropped_at: np.ndarray) -> np.ndarray:
-        """Which profiled tuples (dropped at ``dropped_at``) also evaluate ``position``."""
-        return dropped_at < position
-
     # -- maintenance ------------------------------------------------------------------------
     def absorb(
         self, bits: np.ndarray, now_ms: int, costs: np.ndarray, reoptimize: bool = True
@@ -204,11 +200,6 @@ class Sweep(Reoptimizer):
     def column(self) -> int:
         return self.j
 
-    def extra_evaluation(self, position: int, dropped_at: np.ndarray) -> np.ndarray:
-        if position != self.j:
-            return np.zeros(len(dropped_at), dtype=bool)
-        return dropped_at < position
-
     def correct(self, position: int, costs: np.ndarray) -> str:
         f = int(self.order[self.j])
         self.order = np.insert(np.delete(self.order, self.j), position, f)
@@ -236,9 +227,6 @@ class LocalSwaps(Reoptimizer):
 
     name = "localswaps"
     mode = TWO_DIAGONALS
-
-    def extra_evaluation(self, position: int, dropped_at: np.ndarray) -> np.ndarray:
-        return dropped_at == position - 1
 
     def correct(self, position: int, costs: np.ndarray) -> str:
         i = position
