@@ -36,6 +36,7 @@ import numpy as np
 
 from processors.bench.filters import workload_predicates
 from processors.core.ordering.config import OrderingConfig
+from processors.core.ordering.static import optimal_order_from_passes, order_cost_from_passes
 from processors.experiments import plotting
 from processors.stages.filter_stage import BREAKDOWN, FilterStage
 from processors.workloads.filters import FilterWorkload, FilterWorkloadRun, copy_probability
@@ -104,40 +105,9 @@ def pass_table(
     return out
 
 
-def expected_cost(order: Sequence[int], table: np.ndarray, costs: Sequence[float]) -> float:
-    """Expected cost per tuple of ``order`` (eq. 1): each filter's cost times the probability
-    that a tuple reaches it. With unit costs: the expected number of filters evaluated."""
-    mask = 0
-    total = 0.0
-    for f in order:
-        total += float(costs[f]) * float(table[mask])
-        mask |= 1 << int(f)
-    return total
-
-
-def exact_optimal(table: np.ndarray, costs: Sequence[float]) -> tuple[list[int], float]:
-    """The order of least expected cost and its cost: dynamic programming over the set of
-    filters placed first (O(2^n n)), the same space as all n! orders. Ties: lowest id first."""
-    size = len(table)
-    n = size.bit_length() - 1
-    best = np.full(size, np.inf)
-    last = np.zeros(size, dtype=np.int64)
-    best[0] = 0.0
-    for s in range(1, size):
-        for f in range(n):
-            if s >> f & 1:
-                prev = s ^ (1 << f)
-                c = best[prev] + float(costs[f]) * table[prev]
-                if c < best[s] - 1e-12:
-                    best[s] = c
-                    last[s] = f
-    order: list[int] = []
-    s = size - 1
-    while s:
-        f = int(last[s])
-        order.append(f)
-        s ^= 1 << f
-    return order[::-1], float(best[size - 1])
+# eq. 1 and Optimal over a pass table: the same functions the bench and tests use
+expected_cost = order_cost_from_passes
+exact_optimal = optimal_order_from_passes
 
 
 def selectivity_sequence(workload: FilterWorkload, changes: int) -> list[np.ndarray]:
@@ -478,104 +448,57 @@ def _sizes_note(scale: float) -> str:
     )
 
 
+def _convergence_figure(
+    out: Path,
+    name: str,
+    x: str,
+    xs: Sequence[Any],
+    make_workload: Callable[[Any], FilterWorkload],
+    setup: Sequence[str],
+    title: str,
+    xlabel: str,
+    scale: float,
+    seed: int,
+) -> list[Path]:
+    """Figs 9-11: A-Greedy, Independent and Optimal under stable statistics, one x per point."""
+    rows = _convergence_sweep(x, xs, make_workload, ("agreedy", "independent"), scale, seed)
+    notes = _notes(name, scale, seed, [*setup, _sizes_note(scale)])
+    return [
+        plotting.write_csv(out / f"{name}.csv", rows, [x, *CONVERGENCE_COLUMNS], notes),
+        _rate_plot(out / f"{name}.png", title, rows, x, xs, xlabel),
+    ]
+
+
 def fig9(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
     """Fig 9: rate vs number of filters n under stable statistics (Table 1 defaults)."""
-    xs = list(range(2, 11))
-    rows = _convergence_sweep(
-        "n",
-        xs,
-        lambda n: FilterWorkload(n=n, seed=seed),
-        ("agreedy", "independent"),
-        scale,
-        seed,
-    )
-    notes = _notes(
-        "fig9",
-        scale,
-        seed,
+    return _convergence_figure(
+        out, "fig9", "n", list(range(2, 11)), lambda n: FilterWorkload(n=n, seed=seed),
         [
             "Γ=2, selectivity 0.5, cost 1 probe, p=0.01 (A-Greedy) / 0.005 (Independent)",
             "Optimal shown for every n (exact DP), not only small n",
-            _sizes_note(scale),
         ],
-    )
-    return [
-        plotting.write_csv(out / "fig9.csv", rows, ["n", *CONVERGENCE_COLUMNS], notes),
-        _rate_plot(
-            out / "fig9.png",
-            "Fig 9: effect of the number of filters",
-            rows,
-            "n",
-            xs,
-            "number of filters n",
-        ),
-    ]
+        "Fig 9: effect of the number of filters", "number of filters n", scale, seed,
+    )  # fmt: skip
 
 
 def fig10(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
     """Fig 10: rate vs the filters' (unconditional) selectivity, n = 8."""
-    xs = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
-    rows = _convergence_sweep(
-        "selectivity",
-        xs,
-        lambda s: FilterWorkload(n=8, selectivity=s, seed=seed),
-        ("agreedy", "independent"),
-        scale,
-        seed,
-    )
-    notes = _notes(
-        "fig10",
-        scale,
-        seed,
-        [
-            "n=8, Γ=2, every group the same selectivity, cost 1 probe, Table 1 p",
-            _sizes_note(scale),
-        ],
-    )
-    return [
-        plotting.write_csv(out / "fig10.csv", rows, ["selectivity", *CONVERGENCE_COLUMNS], notes),
-        _rate_plot(
-            out / "fig10.png",
-            "Fig 10: effect of selectivity (n=8)",
-            rows,
-            "selectivity",
-            xs,
-            "filter selectivity",
-        ),
-    ]
+    return _convergence_figure(
+        out, "fig10", "selectivity", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+        lambda sel: FilterWorkload(n=8, selectivity=sel, seed=seed),
+        ["n=8, Γ=2, every group the same selectivity, cost 1 probe, Table 1 p"],
+        "Fig 10: effect of selectivity (n=8)", "filter selectivity", scale, seed,
+    )  # fmt: skip
 
 
 def fig11(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
     """Fig 11: rate vs the correlation factor Γ, n = 8."""
-    xs = list(range(1, 9))
-    rows = _convergence_sweep(
-        "gamma",
-        xs,
+    return _convergence_figure(
+        out, "fig11", "gamma", list(range(1, 9)),
         lambda g: FilterWorkload(n=8, gamma=g, seed=seed),
-        ("agreedy", "independent"),
-        scale,
-        seed,
-    )
-    notes = _notes(
-        "fig11",
-        scale,
-        seed,
-        [
-            "n=8, selectivity 0.5, cost 1 probe, Table 1 p",
-            _sizes_note(scale),
-        ],
-    )
-    return [
-        plotting.write_csv(out / "fig11.csv", rows, ["gamma", *CONVERGENCE_COLUMNS], notes),
-        _rate_plot(
-            out / "fig11.png",
-            "Fig 11: effect of correlation (n=8)",
-            rows,
-            "gamma",
-            xs,
-            "correlation factor Γ",
-        ),
-    ]
+        ["n=8, selectivity 0.5, cost 1 probe, Table 1 p"],
+        "Fig 11: effect of correlation (n=8)", "correlation factor Γ", scale, seed,
+    )  # fmt: skip
 
 
 def table2(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:

@@ -19,15 +19,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from processors.kernels.splitmix import mix64
+
 # 2^64 / golden ratio, odd: consecutive keys land far apart (Knuth's multiplicative hashing).
 _FIB = np.uint64(0x9E3779B97F4A7C15)
 _S32 = np.uint64(32)
-# splitmix64 constants, for the pseudo-random keys of the extra probes of a costly filter
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_S30 = np.uint64(30)
-_S27 = np.uint64(27)
-_S31 = np.uint64(31)
 _U1 = np.uint64(1)
 
 MAX_LOAD = 0.5
@@ -94,10 +90,7 @@ def probe_key(key: int, probe: int) -> int:
     A splitmix64 step of the tuple's key and the probe number: deterministic, so results are
     reproducible, and spread over the whole key space, so each probe lands on a random slot.
     """
-    z = np.uint64(key) + np.uint64(probe) * _FIB
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    return np.int64(z ^ (z >> _S31))
+    return np.int64(mix64(np.uint64(key) + np.uint64(probe) * _FIB))
 
 
 @njit(cache=True)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from processors.kernels.splitmix import GAMMA, mix64
+
 FULL, FIRST_ROW, DIAGONAL_AND_COLUMN, TWO_DIAGONALS = range(4)
 
 
@@ -73,11 +75,8 @@ def mark_dropped(candidates, passed, m, targets, bits, f):  # type: ignore[no-un
 @njit(cache=True, inline="always")
 def _splitmix(state):  # type: ignore[no-untyped-def]
     """Next uniform double in (0, 1) from a SplitMix64 counter kept in ``state[0]``."""
-    state[0] += np.uint64(0x9E3779B97F4A7C15)
-    z = state[0]
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
+    state[0] += GAMMA
+    z = mix64(state[0])
     return (np.float64(z >> np.uint64(11)) + 0.5) / 9007199254740992.0
 
 

@@ -103,6 +103,21 @@ def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
     return parts
 
 
+def _block_dead_letter(
+    ctx: AgentContext, name: str, block: RecordBlock, index: int, reason: str
+) -> None:
+    """Record ``index`` of a fetched block goes to the dead-letter topic with its reason."""
+    ctx.dead_letters.send(
+        source_topic=block.topic,
+        partition=block.partition,
+        offset=block.offsets[index],
+        key=block.keys[index],
+        value=block.values[index],
+        reason=reason,
+        stage=name,
+    )
+
+
 def _block_to_batches(
     ctx: AgentContext,
     name: str,
@@ -114,15 +129,7 @@ def _block_to_batches(
     """Bulk-decode a block's packed values; undecodable records become dead letters."""
     result = codec.decode_many(*packed)
     for index, reason in result.errors:
-        ctx.dead_letters.send(
-            source_topic=block.topic,
-            partition=block.partition,
-            offset=block.offsets[index],
-            key=block.keys[index],
-            value=block.values[index],
-            reason=reason,
-            stage=name,
-        )
+        _block_dead_letter(ctx, name, block, index, reason)
     good = result.good
     if ts_field is not None:
         ts = np.asarray(result.columns[ts_field], dtype=np.int64)
@@ -359,15 +366,7 @@ def _bulk_stage_agent(
     stats.topic = in_topic
 
     def dead_letter(block: RecordBlock, index: int, reason: str) -> None:
-        ctx.dead_letters.send(
-            source_topic=block.topic,
-            partition=block.partition,
-            offset=block.offsets[index],
-            key=block.keys[index],
-            value=block.values[index],
-            reason=reason,
-            stage=name,
-        )
+        _block_dead_letter(ctx, name, block, index, reason)
         stats.dead_letters += 1
 
     def one_by_one(block: RecordBlock, run: list[tuple[int, Batch]]) -> int:

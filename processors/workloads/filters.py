@@ -41,17 +41,12 @@ from numba import njit
 
 from processors.core.batch import Batch
 from processors.kernels.hash_index import HashIndex
+from processors.kernels.splitmix import GAMMA, mix64
 
 _S32 = np.uint64(32)
 _U1 = np.uint64(1)
-_S27 = np.uint64(27)
-_S30 = np.uint64(30)
-_S31 = np.uint64(31)
 _LO32 = np.uint64(0xFFFFFFFF)
 _EVEN = np.uint64(0xFFFFFFFFFFFFFFFE)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 _SCALE = float(1 << 32)
 
 
@@ -167,10 +162,7 @@ class FilterWorkload:
 def _word(stream: np.uint64, counter: int) -> np.uint64:
     """Random word number ``counter`` of a stream: SplitMix64 (state ``stream``, the output
     mix of the state after counter+1 steps), so any word can be computed directly."""
-    z = stream + (np.uint64(counter) + _U1) * _GOLDEN
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    return z ^ (z >> _S31)
+    return mix64(stream + (np.uint64(counter) + _U1) * GAMMA)
 
 
 @njit(cache=True)

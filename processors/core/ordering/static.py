@@ -82,10 +82,28 @@ def optimal_order(
 ) -> tuple[list[int], float]:
     """The order of least expected cost (eq. 1), exactly, and its cost."""
     drops = np.asarray(drops, dtype=bool)
-    n = drops.shape[1]
-    cost = _costs(costs, n)
-    passes = pass_fractions(drops)
-    size = 1 << n
+    return optimal_order_from_passes(pass_fractions(drops), _costs(costs, drops.shape[1]))
+
+
+def order_cost_from_passes(
+    order: Sequence[int], passes: np.ndarray, costs: Sequence[float] | np.ndarray
+) -> float:
+    """Eq. 1 from ``passes[S]``, the probability of passing every filter in bit-set S."""
+    mask = 0
+    total = 0.0
+    for f in order:
+        total += float(costs[f]) * float(passes[mask])
+        mask |= 1 << int(f)
+    return total
+
+
+def optimal_order_from_passes(
+    passes: np.ndarray, costs: Sequence[float] | np.ndarray
+) -> tuple[list[int], float]:
+    """The optimal order and its cost from ``passes[S]`` (see ``pass_fractions``): dynamic
+    programming over the set of filters placed first. Ties: lowest filter id first."""
+    size = len(passes)
+    n = size.bit_length() - 1
     best = np.full(size, np.inf)
     last = np.zeros(size, dtype=np.int64)
     best[0] = 0.0
@@ -93,7 +111,7 @@ def optimal_order(
         for f in range(n):
             if s >> f & 1:
                 prev = s ^ (1 << f)
-                c = best[prev] + cost[f] * passes[prev]
+                c = best[prev] + float(costs[f]) * passes[prev]
                 if c < best[s] - 1e-12:
                     best[s] = c
                     last[s] = f
