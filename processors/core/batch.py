@@ -19,6 +19,9 @@ import numpy as np
 
 INSERT = 1
 DELETE = -1
+# int64 column a window stage adds to its delta stream: the id of each tuple in the window, so
+# that a delete names exactly the tuple it removes (docs/windows-and-joins.md)
+ROW_ID = "__rid"
 
 
 @dataclass(slots=True)

@@ -22,3 +22,21 @@ def gather_var(offsets: np.ndarray, data: np.ndarray, indices: np.ndarray):
         for k in range(length):
             out[dst + k] = data[start + k]
     return out_offsets, out
+
+
+@nb.njit(cache=True, nogil=True)
+def gather_spans(start: np.ndarray, length: np.ndarray, data: np.ndarray, slots: np.ndarray):
+    """Values of ``slots`` held as (start, length) spans of ``data``: offsets/data pair."""
+    n = len(slots)
+    out_offsets = np.empty(n + 1, np.int64)
+    out_offsets[0] = 0
+    for j in range(n):
+        out_offsets[j + 1] = out_offsets[j] + length[slots[j]]
+    out = np.empty(out_offsets[n], np.uint8)
+    for j in range(n):
+        s = slots[j]
+        src = start[s]
+        dst = out_offsets[j]
+        for k in range(length[s]):
+            out[dst + k] = data[src + k]
+    return out_offsets, out

@@ -156,41 +156,55 @@ def window_absorb(  # type: ignore[no-untyped-def]
     view_from_hist(hist, view, mode, j)
 
 
+@njit(cache=True, inline="always")
+def _eligible(order, parent, pos, c, i):  # type: ignore[no-untyped-def]
+    """Whether the filter at position ``c`` may run at position ``i``: its parent (a join path
+    that must be probed first, Section 8.2) runs before ``i``. ``pos`` maps filter -> position."""
+    p = parent[order[c]]
+    return p < 0 or pos[p] < i
+
+
 @njit(cache=True)
-def find_violation(view, order, costs, alpha, mode, j):  # type: ignore[no-untyped-def]
+def find_violation(view, order, costs, alpha, mode, j, parent):  # type: ignore[no-untyped-def]
     """The first position whose invariant fails by more than ``alpha`` (eq. 4), or -1.
 
     FULL: the Greedy Invariant (Def. 4.1); FIRST_ROW: the Independent Invariant (Def. 6.1);
     DIAGONAL_AND_COLUMN: the Sweep Invariant for profiled position ``j`` (Def. 5.1);
-    TWO_DIAGONALS: the LocalSwaps Invariant (Def. 7.1).
+    TWO_DIAGONALS: the LocalSwaps Invariant (Def. 7.1). ``parent[f]`` (-1: none) is a filter
+    that must precede ``f``; a filter is compared only at positions it may take.
     """
     n = order.shape[0]
+    pos = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        pos[order[k]] = k
     for i in range(n - 1):
         mine = (view[0, i] if mode == FIRST_ROW else view[i, i]) / costs[order[i]]
         if mode == DIAGONAL_AND_COLUMN:
             if i >= j:
                 return -1
-            if mine < alpha * view[i, j] / costs[order[j]]:
+            if _eligible(order, parent, pos, j, i) and mine < alpha * view[i, j] / costs[order[j]]:
                 return i
             continue
         last = i + 2 if mode == TWO_DIAGONALS else n
         for c in range(i + 1, last):
             other = view[0, c] if mode == FIRST_ROW else view[i, c]
-            if mine < alpha * other / costs[order[c]]:
+            if mine < alpha * other / costs[order[c]] and _eligible(order, parent, pos, c, i):
                 return i
     return -1
 
 
 @njit(cache=True)
-def greedy_correct(view, order, ring, rows, costs, position):  # type: ignore[no-untyped-def]
+def greedy_correct(view, order, ring, rows, costs, position, parent):  # type: ignore[no-untyped-def]
     """Fig. 5: from ``position`` on, recompute each row and bring its best filter forward.
 
     Fig. 5 swaps the best filter with the one in place; Fig. 6(c) shows it moved forward with
     the filters it passes keeping their relative order. Both restore the invariant and differ
     only on ties; moving reproduces the paper's worked example, so that is what is done.
+    Only filters whose ``parent`` (-1: none) already runs earlier are candidates.
     Returns how many filters moved.
     """
     n = order.shape[0]
+    pos = np.empty(n, dtype=np.int64)
     moved = 0
     max_row = position
     r = position
@@ -198,11 +212,13 @@ def greedy_correct(view, order, ring, rows, costs, position):  # type: ignore[no
     col = np.empty(n, dtype=np.int64)
     while r <= max_row:
         view_row(view, r, order, ring, rows, FULL, -1)
+        for k in range(n):
+            pos[order[k]] = k
         best = r
         best_ratio = view[r, r] / costs[order[r]]
         for c in range(r + 1, n):
             ratio = view[r, c] / costs[order[c]]
-            if ratio > best_ratio:
+            if ratio > best_ratio and _eligible(order, parent, pos, c, r):
                 best, best_ratio = c, ratio
         if best > max_row:
             max_row = best

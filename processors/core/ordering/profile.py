@@ -54,6 +54,7 @@ class ProfileWindow:
         self.start = 0
         self.size = 0
 
+
 class CostEstimates:
     """Per-filter processing time a_i: total time over total tuples of the last K timed calls.
 

@@ -53,15 +53,31 @@ class Reoptimizer:
     mode: ClassVar[int] = FULL
     profiles: ClassVar[bool] = True  # False: no drop profiling at all
 
-    def __init__(self, n_filters: int, config: OrderingConfig, order: list[int] | None = None):
+    def __init__(
+        self,
+        n_filters: int,
+        config: OrderingConfig,
+        order: list[int] | None = None,
+        parents: list[int] | None = None,
+    ):
         self.n = n_filters
         self.config = config
+        # parents[f]: a filter that must run before f (a join path's first hops, Section 8.2)
+        self.parents = (
+            np.full(n_filters, -1, np.int64)
+            if parents is None
+            else np.array(parents, dtype=np.int64)
+        )
         self.alpha = config.alpha
-        self.order = np.arange(n_filters, dtype=np.int64) if order is None else np.array(
-            order, dtype=np.int64
+        self.order = (
+            np.arange(n_filters, dtype=np.int64)
+            if order is None
+            else np.array(order, dtype=np.int64)
         )
         if sorted(self.order.tolist()) != list(range(n_filters)):
             raise ValueError(f"order {list(self.order)} is not a permutation of 0..{n_filters - 1}")
+        if not self.respects_precedence(self.order):
+            raise ValueError(f"order {list(self.order)} puts a filter before its parent")
         self.window = ProfileWindow(n_filters, config.window, config.window_ms)
         self.view = np.zeros((n_filters, n_filters), dtype=np.int64)
         # profile tuples by (drop position, dropping position): the view is its running sums
@@ -69,6 +85,15 @@ class Reoptimizer:
         self.ns = {"profile_window": 0, "view_update": 0, "violations": 0}
         self.checks = 0
         self.violations = 0
+
+    def respects_precedence(self, order: np.ndarray) -> bool:
+        seen: set[int] = set()
+        for f in order:
+            p = int(self.parents[f])
+            if p >= 0 and p not in seen:
+                return False
+            seen.add(int(f))
+        return True
 
     # -- what profiling must evaluate -------------------------------------------------------
     @property
@@ -117,7 +142,9 @@ class Reoptimizer:
         """The first position violating the invariant by more than alpha (eq. 4), if any."""
         if self.n < 2:
             return None
-        found = find_violation(self.view, self.order, costs, self.alpha, self.mode, self.column)
+        found = find_violation(
+            self.view, self.order, costs, self.alpha, self.mode, self.column, self.parents
+        )
         return None if found < 0 else int(found)
 
     def after_check(self) -> list[OrderChange]:
@@ -160,7 +187,13 @@ class AGreedy(Reoptimizer):
         """Fig. 5 (see ``greedy_correct``)."""
         before = self.order.copy()
         greedy_correct(
-            self.view, self.order, self.window.bits, self.window.live_rows(), costs, position
+            self.view,
+            self.order,
+            self.window.bits,
+            self.window.live_rows(),
+            costs,
+            position,
+            self.parents,
         )
         moved = [int(f) for k, f in enumerate(self.order) if f != before[k]]
         return f"greedy invariant violated at position {position}; reordered {moved}"
@@ -175,9 +208,26 @@ class Independent(Reoptimizer):
     def correct(self, position: int, costs: np.ndarray) -> str:
         first = self.ratios(costs)[0]
         perm = np.argsort(-first, kind="stable")
+        if (self.parents >= 0).any():  # best ratio first among the filters allowed next
+            perm = self._precedence_sort(first)
         self.order = self.order[perm]
         self.view[0] = self.view[0, perm]
         return f"independent invariant violated at position {position}; re-sorted"
+
+    def _precedence_sort(self, ratio: np.ndarray) -> np.ndarray:
+        placed: list[int] = []
+        done: set[int] = set()
+        while len(placed) < self.n:
+            ready = [
+                c
+                for c in range(self.n)
+                if c not in placed
+                and (self.parents[self.order[c]] < 0 or int(self.parents[self.order[c]]) in done)
+            ]
+            best = max(ready, key=lambda c: (ratio[c], -c))
+            placed.append(best)
+            done.add(int(self.order[best]))
+        return np.array(placed, dtype=np.int64)
 
 
 class Sweep(Reoptimizer):
@@ -191,8 +241,14 @@ class Sweep(Reoptimizer):
     name = "sweep"
     mode = DIAGONAL_AND_COLUMN
 
-    def __init__(self, n_filters: int, config: OrderingConfig, order: list[int] | None = None):
-        super().__init__(n_filters, config, order)
+    def __init__(
+        self,
+        n_filters: int,
+        config: OrderingConfig,
+        order: list[int] | None = None,
+        parents: list[int] | None = None,
+    ):
+        super().__init__(n_filters, config, order, parents)
         self.j = 1
         self.stages = 0
 
@@ -254,6 +310,9 @@ REOPTIMIZERS: dict[str, type[Reoptimizer]] = {
 
 
 def make_reoptimizer(
-    n_filters: int, config: OrderingConfig, order: list[int] | None = None
+    n_filters: int,
+    config: OrderingConfig,
+    order: list[int] | None = None,
+    parents: list[int] | None = None,
 ) -> Reoptimizer:
-    return REOPTIMIZERS[config.algorithm](n_filters, config, order)
+    return REOPTIMIZERS[config.algorithm](n_filters, config, order, parents)

@@ -1,0 +1,427 @@
+"""MJoinStage: an n-way windowed equi-join with one adaptively ordered pipeline per input.
+
+Inputs are delta streams (inserts and deletes of window relations, each tuple with its window
+row id). The stage merges them in the order of docs/windows-and-joins.md, ``(ts, input,
+position)``, and releases a delta only once every input has shown a later timestamp, so results
+do not depend on how batches arrive.
+
+Released deltas are processed an *epoch* at a time: all inserts enter the window stores first
+with their global sequence number as ``born``, deletes mark ``died``, and then each input's
+deltas run through its pipeline in one vectorized pass whose probes see only tuples alive at
+each delta's sequence number. The results are exactly those of processing the deltas one by one
+(MJoin, A-Caching paper Section 3.1), without per-tuple Python.
+
+Each pipeline runs in two phases (Babu et al., Section 8.1): drop-probing in the current order
+(an existence probe for inputs nothing else hangs on; a join for the others, whose matches are
+kept for output generation), then output generation for the surviving deltas. The order of
+drop-probing is chosen by the A-Greedy machinery of the filter stage, treating each probed
+input (each path of the spanning tree, Section 8.2) as a filter that drops a delta when it has
+no match; the tree's precedence constraints are respected. Every order change is logged and
+reported in ``stats()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from processors.core.batch import DELETE, INSERT, ROW_ID, Batch, Column, VarColumn
+from processors.core.joins.graph import JoinGraph, Pipeline, Side
+from processors.core.ordering.config import OrderingConfig
+from processors.core.ordering.profile import CostEstimates
+from processors.core.ordering.reoptimizers import OrderChange, Reoptimizer, make_reoptimizer
+from processors.kernels.profile_view import sample_rows
+from processors.stages.join_store import WindowStore, join_keys
+
+log = logging.getLogger(__name__)
+
+RECENT_CHANGES = 20
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _concat_columns(parts: list[Column]) -> Column:
+    if isinstance(parts[0], VarColumn):
+        return VarColumn.concat(parts)  # type: ignore[arg-type]
+    return np.concatenate(parts)  # type: ignore[arg-type]
+
+
+class _Run:
+    """The intermediate results of one pipeline: per result, the delta row it comes from
+    (``origin``, non-decreasing) and the slot of every input bound so far."""
+
+    def __init__(self, m: int) -> None:
+        self.origin = np.arange(m, dtype=np.int64)
+        self.bound: dict[int, np.ndarray] = {}
+
+    def keep(self, mask_or_index: np.ndarray) -> None:
+        self.origin = self.origin[mask_or_index]
+        self.bound = {e: s[mask_or_index] for e, s in self.bound.items()}
+
+    def alive_rows(self) -> int:
+        o = self.origin
+        return 0 if len(o) == 0 else int(np.count_nonzero(np.diff(o))) + 1
+
+
+class MJoinStage:
+    """Joins n delta streams on equality predicates (see the module docstring)."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        predicates: Sequence[tuple[Side, Side]],
+        config: OrderingConfig | None = None,
+        name: str = "mjoin",
+        clock_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self.name = name
+        self.names = list(names)
+        self.n = len(self.names)
+        self.graph = JoinGraph(self.n, predicates, self.names)
+        self.config = config or OrderingConfig()
+        self.clock_ms = clock_ms
+        key_columns: list[list[str]] = [[] for _ in range(self.n)]
+        for inp, col in sorted(self.graph.class_of):
+            key_columns[inp].append(col)
+        self.stores = [WindowStore(self.names[i], key_columns[i]) for i in range(self.n)]
+        self.pipelines = [self.graph.pipeline(i) for i in range(self.n)]
+        self.reopts: list[Reoptimizer] = [
+            make_reoptimizer(p.size, self.config, p.default_order(), list(p.parent))
+            for p in self.pipelines
+        ]
+        self.costs = [
+            CostEstimates(p.size, self.config.cost_samples, None, 0.0, min_tuples=1)
+            for p in self.pipelines
+        ]
+        self._rng_state = np.array([self.config.seed * 0x9E3779B97F4A7C15 % 2**64 + 1], np.uint64)
+        self._buffers: list[list[Batch]] = [[] for _ in range(self.n)]
+        self._shown = [np.iinfo(np.int64).min] * self.n  # largest timestamp pushed per input
+        self._next_gen = 1
+        self._columns: list[list[str] | None] = [None] * self.n
+        self.dead_letters: list[tuple[Batch, str]] = []
+        self.deltas_in = [0] * self.n
+        self.results_out = 0
+        self.probes = [np.zeros(p.size, np.int64) for p in self.pipelines]
+        self.changes_total = 0
+        self.recent_changes: deque[dict[str, Any]] = deque(maxlen=RECENT_CHANGES)
+
+    # -- input --------------------------------------------------------------------------------
+    def input_index(self, stream: str) -> int:
+        try:
+            return self.names.index(stream)
+        except ValueError:
+            raise ValueError(
+                f"{self.name}: no join input named {stream!r} ({self.names})"
+            ) from None
+
+    def push(self, i: int, batch: Batch) -> None:
+        """Buffer a delta batch of input ``i`` (timestamps must not go back)."""
+        if len(batch) == 0:
+            return
+        if ROW_ID not in batch.columns:
+            raise ValueError(f"{self.name}: input {self.names[i]} has no {ROW_ID} column")
+        ts = batch.ts
+        if ts[0] < self._shown[i] or (len(ts) > 1 and bool((np.diff(ts) < 0).any())):
+            raise ValueError(
+                f"{self.name}: input {self.names[i]} goes back in time (deltas must come in "
+                "timestamp order per input)"
+            )
+        cols = [c for c in batch.columns if c != ROW_ID]
+        if self._columns[i] is None:
+            for c in self.stores[i].key_columns:
+                if c not in batch.columns:
+                    raise ValueError(f"{self.name}: input {self.names[i]} has no column {c!r}")
+                join_keys(batch.columns[c], f"{self.names[i]}.{c}")
+            self._columns[i] = cols
+            self.stores[i].declare_columns(batch)
+        elif cols != self._columns[i]:
+            raise ValueError(f"{self.name}: input {self.names[i]} changed its columns to {cols}")
+        self._buffers[i].append(batch)
+        self._shown[i] = int(ts[-1])
+        self.deltas_in[i] += len(batch)
+
+    def process(self, batch: Batch) -> list[Batch]:
+        """Stage contract: the input is named by ``batch.meta['stream']``."""
+        self.push(self.input_index(batch.meta.get("stream", "")), batch)
+        return self.release()
+
+    def flush(self) -> list[Batch]:
+        """Release everything buffered (end of input)."""
+        return self.release(final=True)
+
+    # -- epochs -------------------------------------------------------------------------------
+    def release(self, final: bool = False) -> list[Batch]:
+        """Join every buffered delta that no input can still precede."""
+        low = None if final else min(self._shown)
+        parts: list[Batch | None] = []
+        for i in range(self.n):
+            parts.append(self._take_released(i, low))
+        if all(p is None for p in parts):
+            return []
+        gens = self._number(parts)
+        for i, part in enumerate(parts):
+            if part is not None:
+                inserts = np.flatnonzero(part.sign == INSERT)
+                self.stores[i].insert(part.take(inserts), gens[i][inserts])
+        live: list[np.ndarray | None] = []
+        for i, part in enumerate(parts):
+            live.append(None if part is None else self._mark_deletes(i, part, gens[i]))
+        results = []
+        for i, part in enumerate(parts):
+            if part is not None and live[i] is not None and len(live[i]):  # type: ignore[arg-type]
+                rows = live[i]
+                assert rows is not None
+                out = self._pipeline(i, part.take(rows), gens[i][rows])
+                if out is not None:
+                    results.append(out)
+        for store in self.stores:
+            store.remove_dying()
+        if not results:
+            return []
+        return [self._assemble(results)]
+
+    def _take_released(self, i: int, low: int | None) -> Batch | None:
+        if not self._buffers[i]:
+            return None
+        whole = Batch.concat(self._buffers[i])
+        cut = len(whole) if low is None else int(np.searchsorted(whole.ts, low, side="left"))
+        self._buffers[i] = [] if cut == len(whole) else [whole.slice(cut, len(whole))]
+        return None if cut == 0 else whole.slice(0, cut)
+
+    def _number(self, parts: list[Batch | None]) -> list[np.ndarray]:
+        """Global sequence numbers in the order (ts, input, position)."""
+        ts = [p.ts if p is not None else np.zeros(0, np.int64) for p in parts]
+        sizes = [len(t) for t in ts]
+        all_ts = np.concatenate(ts)
+        inputs = np.repeat(np.arange(self.n), sizes)
+        pos = np.concatenate([np.arange(s) for s in sizes])
+        order = np.lexsort((pos, inputs, all_ts))
+        gen = np.empty(len(all_ts), np.int64)
+        gen[order] = self._next_gen + np.arange(len(all_ts), dtype=np.int64)
+        self._next_gen += len(all_ts)
+        bounds = np.cumsum([0, *sizes])
+        return [gen[bounds[i] : bounds[i + 1]] for i in range(self.n)]
+
+    def _mark_deletes(self, i: int, part: Batch, gen: np.ndarray) -> np.ndarray:
+        """Mark this epoch's deletes of input i; returns the rows that join (unknown deletes
+        go to the dead letters)."""
+        deletes = np.flatnonzero(part.sign == DELETE)
+        if len(deletes) == 0:
+            return np.arange(len(part), dtype=np.int64)
+        rids = part.columns[ROW_ID][deletes]
+        slots = self.stores[i].mark_deleted(rids, gen[deletes])  # type: ignore[arg-type]
+        unknown = deletes[slots < 0]
+        if len(unknown) == 0:
+            return np.arange(len(part), dtype=np.int64)
+        self.dead_letters.append(
+            (part.take(unknown), f"{self.name}: delete of a tuple not in the window of "
+             f"{self.names[i]} (unknown {ROW_ID})")
+        )  # fmt: skip
+        keep = np.ones(len(part), np.bool_)
+        keep[unknown] = False
+        return np.flatnonzero(keep)
+
+    # -- one pipeline -------------------------------------------------------------------------
+    def _values(self, pipe: Pipeline, delta: Batch, run: _Run, e: int, col: str) -> np.ndarray:
+        """Join keys of column ``col`` of entity ``e`` (-1: the delta) for every result."""
+        if e < 0:
+            return join_keys(delta.columns[col], f"{self.names[pipe.root]}.{col}")[run.origin]
+        return self.stores[pipe.inputs[e]].keys(col, run.bound[e])
+
+    def _probe(
+        self, pipe: Pipeline, delta: Batch, gen: np.ndarray, run: _Run, e: int, bind: bool = False
+    ) -> None:
+        """Bind entity e (join) or keep the results that have a match in it (existence)."""
+        pcol, ecol = pipe.probe[e]
+        keys = self._values(pipe, delta, run, pipe.parent[e], pcol)
+        store = self.stores[pipe.inputs[e]]
+        index = store.indexes[ecol]
+        if pipe.existence_only[e] and not bind:
+            run.keep(index.exists(store.born, store.died, keys, gen[run.origin]))
+            return
+        left, slots = index.expand(store.born, store.died, keys, gen[run.origin])
+        run.keep(left)
+        run.bound[e] = slots
+        self._check_classes(pipe, delta, run, e)
+
+    def _check_classes(self, pipe: Pipeline, delta: Batch, run: _Run, e: int) -> None:
+        """Equalities the tree edge does not imply (cyclic joins; Section 8.2)."""
+        for k, col in pipe.classes[e]:
+            if k == pipe.edge_class[e] and col == pipe.probe[e][1]:
+                continue
+            other = self._bound_member(pipe, run, k, e)
+            if other is None or len(run.origin) == 0:
+                continue
+            mine = self._values(pipe, delta, run, e, col)
+            theirs = self._values(pipe, delta, run, other[0], other[1])
+            run.keep(mine == theirs)
+
+    @staticmethod
+    def _bound_member(pipe: Pipeline, run: _Run, k: int, e: int) -> tuple[int, str] | None:
+        for kr, col in pipe.root_classes:
+            if kr == k:
+                return -1, col
+        for x in run.bound:
+            if x == e:
+                continue
+            for kx, col in pipe.classes[x]:
+                if kx == k:
+                    return x, col
+        return None
+
+    def _pipeline(self, i: int, delta: Batch, gen: np.ndarray) -> tuple[np.ndarray, Batch] | None:
+        """Join input i's deltas with the other windows; (sequence numbers, results)."""
+        pipe = self.pipelines[i]
+        reopt = self.reopts[i]
+        m = len(delta)
+        run = _Run(m)
+        samples = self._samples(m, reopt)
+        dropped_at = np.full(len(samples), pipe.size, np.int64)
+        costs: tuple[list[int], list[float], list[int]] = ([], [], [])
+        for k, e in enumerate(reopt.order.tolist()):
+            if len(run.origin) == 0:
+                dropped_at[dropped_at == pipe.size] = k
+                break
+            before_rows = run.alive_rows()
+            probes = len(run.origin)
+            self._probe(pipe, delta, gen, run, e)
+            self.probes[i][e] += probes
+            costs[0].append(e)
+            costs[1].append(float(probes))
+            costs[2].append(before_rows)
+            if len(samples):
+                alive = np.isin(samples, run.origin, assume_unique=False)
+                dropped_at[(~alive) & (dropped_at == pipe.size)] = k
+        self.costs[i].record_many(*costs)
+        if len(samples):
+            self._profile(i, delta, gen, samples[dropped_at < pipe.size])
+        for e in range(pipe.size):  # output generation
+            if e not in run.bound and len(run.origin):
+                self.probes[i][e] += len(run.origin)
+                self._probe(pipe, delta, gen, run, e, bind=True)
+        if len(run.origin) == 0:
+            return None
+        return gen[run.origin], self._results(pipe, delta, run)
+
+    def _samples(self, m: int, reopt: Reoptimizer) -> np.ndarray:
+        if not reopt.profiles or self.config.p <= 0:
+            return np.zeros(0, np.int64)
+        out = np.empty(m, np.int64)
+        taken = sample_rows(m, self.config.p, 1, self._rng_state, out)
+        return out[:taken]
+
+    def _profile(self, i: int, delta: Batch, gen: np.ndarray, rows: np.ndarray) -> None:
+        """Profile tuples for dropped sampled deltas: which paths drop each (Section 8.2),
+        each path evaluated on its own, then handed to the re-optimizer."""
+        if len(rows) == 0:
+            return
+        pipe = self.pipelines[i]
+        bits = np.zeros((len(rows), pipe.size), np.uint8)
+        reach: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for e in pipe.default_order():
+            pcol, ecol = pipe.probe[e]
+            p = pipe.parent[e]
+            if p < 0:
+                origin = np.arange(len(rows), dtype=np.int64)
+                col = delta.columns[pcol]
+                keys = join_keys(col, pcol)[rows]
+            else:
+                origin, pslots = reach[p]
+                keys = self.stores[pipe.inputs[p]].keys(pcol, pslots)
+            store = self.stores[pipe.inputs[e]]
+            left, slots = store.indexes[ecol].expand(
+                store.born, store.died, keys, gen[rows][origin]
+            )
+            reach[e] = (origin[left], slots)
+            hit = np.zeros(len(rows), np.bool_)
+            hit[origin[left]] = True
+            bits[:, e] = ~hit
+        reopt = self.reopts[i]
+        changes = reopt.absorb(bits, self.clock_ms(), self.costs[i].values())
+        for change in changes:
+            self._report(i, change)
+
+    def _results(self, pipe: Pipeline, delta: Batch, run: _Run) -> Batch:
+        cols: dict[str, Column] = {}
+        entity = {inp: e for e, inp in enumerate(pipe.inputs)}
+        for j in range(self.n):
+            names = self._columns[j] or []
+            for c in names:
+                if j == pipe.root:
+                    col = delta.columns[c]
+                    cols[f"{self.names[j]}.{c}"] = (
+                        col.take(run.origin) if isinstance(col, VarColumn) else col[run.origin]
+                    )
+                else:
+                    cols[f"{self.names[j]}.{c}"] = self.stores[j].take(c, run.bound[entity[j]])
+        return Batch(cols, delta.sign[run.origin], delta.ts[run.origin])
+
+    def _assemble(self, results: list[tuple[np.ndarray, Batch]]) -> Batch:
+        """One batch of results in the order of the deltas that produced them."""
+        gen = np.concatenate([g for g, _ in results])
+        batch = Batch.concat([b for _, b in results]) if len(results) > 1 else results[0][1]
+        if len(results) > 1:
+            batch = batch.take(np.argsort(gen, kind="stable"))
+        self.results_out += len(batch)
+        return batch
+
+    # -- reporting ----------------------------------------------------------------------------
+    def _report(self, i: int, change: OrderChange) -> None:
+        pipe = self.pipelines[i]
+        names = [self.names[inp] for inp in pipe.inputs]
+        entry = {
+            "pipeline": self.names[i],
+            "at_delta": self.deltas_in[i],
+            "time_ms": self.clock_ms(),
+            "from": [names[e] for e in change.before],
+            "to": [names[e] for e in change.after],
+            "position": change.position,
+            "reason": change.reason,
+        }
+        self.changes_total += 1
+        self.recent_changes.append(entry)
+        log.info(
+            "%s: join order of %s changed after %d deltas (%s): %s -> %s",
+            self.name, self.names[i], self.deltas_in[i], change.reason,
+            entry["from"], entry["to"],
+        )  # fmt: skip
+
+    def orders(self) -> dict[str, list[str]]:
+        """Each pipeline's current drop-probing order, by input name."""
+        return {
+            self.names[i]: [self.names[p.inputs[e]] for e in self.reopts[i].order.tolist()]
+            for i, p in enumerate(self.pipelines)
+        }
+
+    def take_dead_letters(self) -> list[tuple[Batch, str]]:
+        out, self.dead_letters = self.dead_letters, []
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "kind": "mjoin",
+            "inputs": list(self.names),
+            "graph": self.graph.kind,
+            "algorithm": self.config.algorithm,
+            "orders": self.orders(),
+            "changes_total": self.changes_total,
+            "recent_changes": list(self.recent_changes),
+            "deltas_in": dict(zip(self.names, self.deltas_in, strict=True)),
+            "results_out": self.results_out,
+            "window_tuples": {s.name: len(s) for s in self.stores},
+            "state_bytes": sum(s.nbytes for s in self.stores),
+            "probes_per_delta": {
+                self.names[i]: (
+                    float(self.probes[i].sum()) / self.deltas_in[i] if self.deltas_in[i] else 0.0
+                )
+                for i in range(self.n)
+            },
+            "buffered": sum(len(b) for bs in self._buffers for b in bs),
+        }
