@@ -141,6 +141,34 @@ class OutputColumn:
     type: str
 
 
+AggregateFunc = Literal["count", "sum", "avg", "min", "max"]
+AGGREGATE_FUNCS: tuple[str, ...] = ("count", "sum", "avg", "min", "max")
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    """One aggregate of a GROUP BY: ``func`` over ``source`` (None: count(*)), named ``name``."""
+
+    func: AggregateFunc
+    source: ColumnRef | None
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.func}({self.source or '*'}) AS {self.name}"
+
+
+def aggregate_avro(func: str, info: FieldInfo | None) -> Any:
+    """The Avro type of an aggregate's result."""
+    if func == "count":
+        return "long"
+    if func == "avg":
+        return "double"
+    assert info is not None
+    if func == "sum":
+        return "long" if info.family == "integer" else "double"
+    return copy.deepcopy(info.avro)  # min, max: the column's own type
+
+
 @dataclass(frozen=True)
 class LogicalPlan:
     """A validated continuous query."""
@@ -159,6 +187,10 @@ class LogicalPlan:
     join_key: tuple[ColumnRef, ...] | None = None
     # how filter stages order their filters (Query.adapt); None: OrderingConfig() defaults
     ordering: OrderingConfig | None = None
+    # GROUP BY over the (joined, windowed) relation: the result is one row per group
+    group_by: tuple[ColumnRef, ...] = ()
+    aggregates: tuple[AggregateSpec, ...] = ()
+    lateness_ms: int = 0  # bounded lateness of the window stages (out-of-order event time)
 
     def stream(self, name: str) -> StreamSpec:
         return next(s for s in self.streams if s.name == name)
@@ -185,6 +217,7 @@ class LogicalPlan:
             and not self.filters
             and not self.joins
             and not self.projected
+            and not self.aggregates
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -219,6 +252,9 @@ class LogicalPlan:
             # without filters
             "ordering": self.ordering_config.to_json() if self.filters else None,
             "joins": [str(j) for j in self.joins],
+            "group_by": [str(c) for c in self.group_by],
+            "aggregates": [str(a) for a in self.aggregates],
+            "lateness_ms": self.lateness_ms,
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],
             "output": {
                 "topic": self.result_topic,

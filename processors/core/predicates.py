@@ -178,11 +178,14 @@ def from_plan_filter(flt: Filter, info: FieldInfo) -> Predicate:
     return Compare(column, flt.op, values[0], name=name)
 
 
-def plan_predicates(plan: LogicalPlan, stream: str) -> list[Predicate]:
-    """The predicates of every filter of ``stream`` in the plan, in the query's order."""
+def plan_predicates(
+    plan: LogicalPlan, stream: str, placement: str | None = None
+) -> list[Predicate]:
+    """The predicates of the filters of ``stream`` in the plan (those with ``placement``, if
+    given), in the query's order."""
     spec = plan.stream(stream)
     out = []
-    for flt in plan.filters_on(stream):
+    for flt in plan.filters_on(stream, placement):  # type: ignore[arg-type]
         info = spec.field(flt.column)
         if info is None:  # the plan validated its filters; this is a bug if it happens
             raise PredicateError(f"filter {flt}: stream {stream} has no field {flt.column}")

@@ -28,7 +28,9 @@ from typing import Any
 
 from processors.core.ordering.config import OrderingConfig, OrderingConfigError
 from processors.core.plan import (
+    AGGREGATE_FUNCS,
     INTEGER,
+    AggregateSpec,
     ColumnRef,
     Components,
     FieldInfo,
@@ -39,6 +41,7 @@ from processors.core.plan import (
     QueryError,
     StreamSpec,
     Window,
+    aggregate_avro,
     check_constants,
     join_key,
     output_schema,
@@ -164,6 +167,9 @@ class Query:
         self._select: list[tuple[ColumnRef, str | None]] | None = None
         self._result: tuple[str, int | None] | None = None
         self._ordering: OrderingConfig | None = None
+        self._group_by: tuple[ColumnRef, ...] | None = None
+        self._aggregates: list[tuple[str, str, ColumnRef | None]] = []
+        self._lateness_ms = 0
 
     def stream(
         self,
@@ -261,6 +267,43 @@ class Query:
         self._select = chosen
         return self
 
+    def group_by(self, *columns: str) -> Query:
+        """GROUP BY these columns; the result holds one row per group, updated as it changes."""
+        if self._group_by is not None:
+            raise QueryError("group_by() is given twice")
+        self._group_by = tuple(parse_ref(c, "group_by()") for c in columns)
+        return self
+
+    def aggregate(self, **aggregates: tuple[str, str | None] | str) -> Query:
+        """Aggregates by output name: ``total=("sum", "a.size")``, ``n="count"``.
+
+        Functions: count (of rows; no column), sum, avg, min, max. With group_by() they are
+        per group, without it over the whole relation.
+        """
+        for name, spec in aggregates.items():
+            func, ref = (spec, None) if isinstance(spec, str) else tuple(spec)
+            what = f"aggregate {name}={spec!r}"
+            if not _NAME.fullmatch(name):
+                raise QueryError(f"{what}: {name!r} is not a valid Avro field name")
+            if func not in AGGREGATE_FUNCS:
+                known = ", ".join(AGGREGATE_FUNCS)
+                raise QueryError(f"{what}: unknown function {func!r} ({known})")
+            if (ref is None) != (func == "count"):
+                raise QueryError(
+                    f"{what}: count takes no column; {func} needs one"
+                    if func != "count"
+                    else f"{what}: count counts rows and takes no column"
+                )
+            self._aggregates.append((name, func, None if ref is None else parse_ref(ref, what)))
+        return self
+
+    def lateness(self, ms: int) -> Query:
+        """How late (in event time) a tuple may arrive and still enter its window in order."""
+        if not isinstance(ms, int) or isinstance(ms, bool) or ms < 0:
+            raise QueryError(f"lateness(): must be a non-negative int of ms, got {ms!r}")
+        self._lateness_ms = ms
+        return self
+
     def into(self, topic: str, *, partitions: int | None = None) -> Query:
         """The result topic (one Avro record per message)."""
         if self._result is not None:
@@ -308,7 +351,11 @@ class Query:
         filters = tuple(self._filter(p) for p in self._predicates)
         joins = self._checked_joins()
         streams = tuple(self._streams.values())
+        group_by, aggregates = self._checked_aggregates()
         output = self._output()
+        schema = output_schema(self.name, streams, output, self._select is not None)
+        if aggregates:
+            schema = self._aggregate_schema(group_by, aggregates)
         self._check_ordering(filters)
         return LogicalPlan(
             name=self.name,
@@ -317,13 +364,62 @@ class Query:
             filters=filters,
             joins=joins,
             output=output,
-            output_schema=output_schema(self.name, streams, output, self._select is not None),
+            output_schema=schema,
             result_topic=topic,
             result_partitions=partitions,
             projected=self._select is not None,
             join_key=join_key(streams, joins),
             ordering=self._ordering,
+            group_by=group_by,
+            aggregates=aggregates,
+            lateness_ms=self._lateness_ms,
         )
+
+    def _checked_aggregates(self) -> tuple[tuple[ColumnRef, ...], tuple[AggregateSpec, ...]]:
+        group_by = self._group_by or ()
+        if group_by and not self._aggregates:
+            raise QueryError("group_by() needs at least one aggregate(): e.g. n='count'")
+        if self._aggregates and self._select is not None:
+            raise QueryError("select() and aggregate() do not mix: the result is the groups")
+        for ref in group_by:
+            self._field(ref, "group_by()")
+        names = [str(r.field) for r in group_by]
+        specs = []
+        for name, func, ref in self._aggregates:
+            if ref is not None:
+                info = self._field(ref, f"aggregate {name}")
+                if func in ("sum", "avg") and info.family not in ("integer", "floating"):
+                    raise QueryError(
+                        f"aggregate {name}: {func} needs a number, {ref} is {info.type}"
+                    )
+                if func in ("min", "max") and info.family not in ("integer", "floating"):
+                    raise QueryError(
+                        f"aggregate {name}: {func} of {info.type} column {ref} is not supported "
+                        "(numbers only)"
+                    )
+            if name in names:
+                raise QueryError(f"aggregate {name}: the result already has a field {name!r}")
+            names.append(name)
+            specs.append(AggregateSpec(func, ref, name))  # type: ignore[arg-type]
+        return group_by, tuple(specs)
+
+    def _aggregate_schema(
+        self, group_by: tuple[ColumnRef, ...], aggregates: tuple[AggregateSpec, ...]
+    ) -> dict[str, Any]:
+        fields = [
+            {"name": ref.field, "type": copy.deepcopy(self._field(ref, "group_by()").avro)}
+            for ref in group_by
+        ]
+        for a in aggregates:
+            info = None if a.source is None else self._field(a.source, f"aggregate {a.name}")
+            fields.append({"name": a.name, "type": aggregate_avro(a.func, info)})
+        record = re.sub(r"\W", "_", self.name)
+        return {
+            "type": "record",
+            "name": record if not record[0].isdigit() else f"_{record}",
+            "namespace": "streamon.results",
+            "fields": fields,
+        }
 
     def _field(self, ref: ColumnRef, what: str) -> FieldInfo:
         spec = self._streams.get(ref.stream)
@@ -389,6 +485,11 @@ class Query:
                 )
             if li.family != ri.family:
                 raise QueryError(f"{what}: incompatible types {li.type} and {ri.type}")
+            if li.family == "floating":
+                raise QueryError(
+                    f"{what}: joins on floating-point fields are not supported (equality of "
+                    "floats is rarely meant); join on integer, string, bytes or enum fields"
+                )
             if any({j.left, j.right} == {left, right} for j in joins):
                 raise QueryError(f"{what}: declared twice")
             joins.append(JoinPredicate(left, right))

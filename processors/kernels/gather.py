@@ -40,3 +40,20 @@ def gather_spans(start: np.ndarray, length: np.ndarray, data: np.ndarray, slots:
         for k in range(length[s]):
             out[dst + k] = data[src + k]
     return out_offsets, out
+
+
+@nb.njit(cache=True, nogil=True)
+def hash_var(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each variable-length value (FNV-1a over the bytes and the length, then
+    a SplitMix64 finalizer): the int64 join key of a string or bytes value."""
+    n = len(offsets) - 1
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        h = np.uint64(0xCBF29CE484222325)
+        for k in range(offsets[i], offsets[i + 1]):
+            h = (h ^ np.uint64(data[k])) * np.uint64(0x100000001B3)
+        h ^= np.uint64(offsets[i + 1] - offsets[i])
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out[i] = np.int64(h ^ (h >> np.uint64(31)))
+    return out

@@ -147,8 +147,9 @@ def add_ingest_agent(
     codec: RecordCodec,
     timestamp_field: str | None,
     out_topic: str,
+    out_partition: int | None = None,
 ) -> AgentStats:
-    """External records -> envelopes, partition by partition."""
+    """External records -> envelopes, partition by partition (or all to ``out_partition``)."""
     source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, "ingest")
     stats.topic = source_topic
@@ -171,9 +172,10 @@ def add_ingest_agent(
                         reason=f"ingest failed: {exc!r}", stage=name,
                     )  # fmt: skip
                 batches = []
+            target = block.partition if out_partition is None else out_partition
             for batch in batches:
                 if len(batch):
-                    ctx.send_envelopes(name, out_topic, batch, block.partition)
+                    ctx.send_envelopes(name, out_topic, batch, target)
             stats.dead_letters += ctx.dead_letters.count - dead_before
             n_out = sum(len(batch) for batch in batches)
             nbytes = int(packed[1][-1])

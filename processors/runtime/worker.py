@@ -29,6 +29,8 @@ from processors.runtime.agents import (
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.producer import RecordProducer
+from processors.runtime.state import StateSnapshots
+from processors.runtime.stateful import add_stateful_agent
 from processors.runtime.stats import StatsBoard
 from processors.stages.base import PassThroughStage, Stage
 from topics.columnar import RecordCodec
@@ -61,41 +63,51 @@ class WorkerOptions:
     registry_url: str | None = None
 
 
+@dataclass(frozen=True)
+class StatefulStep:
+    """A stateful agent: ``kind`` is stream (window and filters of ``stream``), mjoin or
+    aggregate; it reads ``in_topics`` (topic -> stream) and writes ``out_topic``."""
+
+    name: str
+    kind: str
+    in_topics: dict[str, str]
+    out_topic: str
+    out_partitions: int
+    stream: str | None = None
+    finish: bool = False  # projects to the result fields
+
+
 @dataclass
 class Pipeline:
     """The topics and stages a plan runs as."""
 
     ingest_topics: dict[str, str]  # stream name -> envelope topic written by its ingest agent
-    stage_topics: list[tuple[str, str, str]]  # (stage name, in topic, out topic)
+    stage_topics: list[tuple[str, str, str]]  # (stage name, in topic, out topic): stateless
     sink_topic: str
     specs: list[TopicSpec]
+    stateful: list[StatefulStep] = field(default_factory=list)
+    # stream -> partition its ingest writes every batch to (None: the record's own partition)
+    ingest_partition: dict[str, int | None] = field(default_factory=dict)
+    partitioning: dict[str, Any] | None = None
 
 
-def unsupported(plan: LogicalPlan) -> list[str]:
-    """What ``plan`` needs that this version cannot run yet (empty if it can run)."""
-    missing = []
-    if len(plan.streams) > 1:
-        missing.append(f"{len(plan.streams)} input streams")
-    if plan.windows:
-        missing.append("windows (" + ", ".join(map(str, plan.windows.values())) + ")")
-    if plan.joins:
-        missing.append("joins (" + ", ".join(map(str, plan.joins)) + ")")
-    if plan.projected:
-        missing.append("select()")
-    return missing
+def is_simple(plan: LogicalPlan) -> bool:
+    """One stream without window, projection or aggregate: ingest, filters, sink."""
+    return (
+        len(plan.streams) == 1 and not plan.windows and not plan.projected and not plan.aggregates
+    )
 
 
 def plan_pipeline(plan: LogicalPlan) -> Pipeline:
-    """Topics for a plan: one stream, then a filter stage if it has filters, else pass-through.
+    """Topics and agents for a plan.
 
-    Windows, joins and projections come in later versions.
+    Simple plans (one stream, filters at most) run ingest -> filter (or pass-through) -> sink.
+    Others run ingest -> one stateful agent per stream (filters and window) -> the MJoin (with
+    several streams) -> the GROUP BY (with aggregates) -> sink, on the partitions
+    :func:`processors.core.partitioning.partitioning` allows.
     """
-    missing = unsupported(plan)
-    if missing:
-        raise NotImplementedError(
-            f"query {plan.name!r} needs {'; '.join(missing)}, which this version of streamon "
-            "cannot run yet; single-stream queries with filters (or none) run"
-        )
+    if not is_simple(plan):
+        return _general_pipeline(plan)
     (stream,) = plan.streams
     partitions = stream.partitions
     ingest = internal_topic(plan.name, f"ingest.{stream.name}")
@@ -111,6 +123,66 @@ def plan_pipeline(plan: LogicalPlan) -> Pipeline:
     ]
     stage = FILTER_STAGE if plan.filters else "passthrough"
     return Pipeline({stream.name: ingest}, [(stage, ingest, out)], out, specs)
+
+
+def _general_pipeline(plan: LogicalPlan) -> Pipeline:
+    from processors.core.partitioning import partitioning
+
+    part = partitioning(plan)
+    specs = [TopicSpec(s.topic, s.partitions or 1) for s in plan.streams]
+    ingest: dict[str, str] = {}
+    ingest_partition: dict[str, int | None] = {}
+    steps: list[StatefulStep] = []
+    multi = len(plan.streams) > 1
+    out = internal_topic(plan.name, "out")
+    agg_in = internal_topic(plan.name, "joined") if plan.aggregates else out
+    after_streams = internal_topic(plan.name, "delta") if multi else agg_in
+    after_partitions = part.join if multi else part.aggregate if plan.aggregates else part.join
+    for s in plan.streams:
+        topic = internal_topic(plan.name, f"ingest.{s.name}")
+        ingest[s.name] = topic
+        p = part.streams[s.name]
+        ingest_partition[s.name] = None if p == (s.partitions or 1) else 0
+        specs.append(TopicSpec(topic, p))
+        target = f"{after_streams}.{s.name}" if multi else after_streams
+        steps.append(
+            StatefulStep(
+                f"stream.{s.name}", "stream", {topic: s.name}, target,
+                part.join if multi else after_partitions, s.name,
+                finish=not multi and not plan.aggregates,
+            )
+        )  # fmt: skip
+        if multi:
+            specs.append(TopicSpec(target, part.join))
+    if multi:
+        inputs = {f"{after_streams}.{s.name}": s.name for s in plan.streams}
+        join_out = agg_in
+        steps.append(
+            StatefulStep(
+                "mjoin", "mjoin", inputs, join_out,
+                part.aggregate if plan.aggregates else part.join,
+                finish=not plan.aggregates,
+            )
+        )  # fmt: skip
+    if plan.aggregates:
+        specs.append(TopicSpec(agg_in, part.aggregate))
+        steps.append(
+            StatefulStep("aggregate", "aggregate", {agg_in: "joined"}, out, part.aggregate)
+        )
+    out_partitions = part.aggregate if plan.aggregates else part.join
+    specs += [
+        TopicSpec(out, out_partitions),
+        TopicSpec(plan.result_topic, plan.result_partitions or 1),
+        TopicSpec(state_topic(plan.name), 1, compacted=True),
+        TopicSpec(STATS_TOPIC, 1),
+        TopicSpec(CONTROL_TOPIC, 1),
+        TopicSpec(DEAD_LETTER_TOPIC, 1),
+    ]
+    return Pipeline(ingest, [], out, specs, steps, ingest_partition, part.to_json())
+
+
+def state_topic(query: str) -> str:
+    return internal_topic(query, "state")
 
 
 def faust_settings(bootstrap: str, datadir: Path, session_timeout_s: float) -> dict[str, Any]:
@@ -139,6 +211,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     datadir = options.state_dir / "faust" / options.worker_id
     datadir.mkdir(parents=True, exist_ok=True)
     bulk_stage_topics = [t for name, t, _ in pipeline.stage_topics if name in BULK_STAGES]
+    bulk_stage_topics += [t for step in pipeline.stateful for t in step.in_topics]
     app = BulkApp(
         f"streamon-{plan.name}",
         bulk_topics=[s.topic for s in plan.streams] + bulk_stage_topics,
@@ -164,7 +237,20 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             codec=codec,
             timestamp_field=stream.timestamp,
             out_topic=pipeline.ingest_topics[stream.name],
+            out_partition=pipeline.ingest_partition.get(stream.name),
         )
+    if pipeline.stateful:
+        snapshots = StateSnapshots(options.bootstrap, state_topic(plan.name), producer)
+        for step in pipeline.stateful:
+            add_stateful_agent(
+                ctx,
+                name=step.name,
+                in_topics=step.in_topics,
+                out_topic=step.out_topic,
+                out_partitions=step.out_partitions,
+                make_chain=_chain_factory(step, plan),
+                snapshots=snapshots,
+            )
     for name, in_topic, out_topic in pipeline.stage_topics:
         add_stage_agent(
             ctx,
@@ -191,7 +277,12 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         for record in board.report(backlog):
             producer.produce(STATS_TOPIC, record, key=options.worker_id.encode())
 
-    status = {"worker_id": options.worker_id, "query": plan.name, "plan": plan.to_json()}
+    status = {
+        "worker_id": options.worker_id,
+        "query": plan.name,
+        "plan": plan.to_json(),
+        "partitioning": pipeline.partitioning,
+    }
 
     @app.page("/streamon/status")
     async def status_page(web: Any, request: Any) -> Any:
@@ -203,6 +294,22 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         return web.json(status["plan"])
 
     return app, producer
+
+
+def _chain_factory(step: StatefulStep, plan: LogicalPlan) -> Callable[[int], Any]:
+    """Makes the stage chain of a stateful step for one partition."""
+    from processors.stages.query_stages import AggregateChain, JoinChain, StreamChain
+
+    def make(partition: int) -> Any:
+        if step.kind == "stream":
+            assert step.stream is not None
+            return StreamChain(plan, step.stream, partition, step.finish)
+        if step.kind == "mjoin":
+            return JoinChain(plan, partition, step.finish)
+        return AggregateChain(plan, partition)
+
+    make(0)  # compiles the kernels now, not in the first batch's time
+    return make
 
 
 def _stage_factory(name: str, plan: LogicalPlan) -> Callable[[int], Stage]:

@@ -12,17 +12,20 @@ from __future__ import annotations
 import numpy as np
 
 from processors.core.batch import ROW_ID, Batch, Column, VarColumn
-from processors.kernels.gather import gather_spans
+from processors.kernels.gather import gather_spans, hash_var
 from processors.kernels.multimap import MultiMap
 
 ALIVE = np.iinfo(np.int64).max  # ``died`` of a tuple still in the window
 
 
 def join_keys(col: Column, what: str) -> np.ndarray:
-    """A column's values as int64 join keys (integers, booleans and enum indexes)."""
-    if isinstance(col, VarColumn) or col.dtype.kind not in "iub":
-        kind = "string/bytes" if isinstance(col, VarColumn) else str(col.dtype)
-        raise TypeError(f"join column {what} is {kind}; joins are on integer columns")
+    """A column's values as int64 join keys: integers, booleans and enum indexes as they are,
+    strings and bytes by a 64-bit hash (two different values share a key with probability
+    about 2^-64 per pair; see docs/windows-and-joins.md)."""
+    if isinstance(col, VarColumn):
+        return hash_var(col.offsets, col.data)  # type: ignore[no-any-return]
+    if col.dtype.kind not in "iub":
+        raise TypeError(f"join column {what} is {col.dtype}; joins are on integers or strings")
     return col.astype(np.int64, copy=False)
 
 
@@ -203,7 +206,8 @@ class WindowStore:
     # -- reads --------------------------------------------------------------------------------
     def keys(self, name: str, slots: np.ndarray) -> np.ndarray:
         col = self.columns[name]
-        assert not isinstance(col, VarArena)
+        if isinstance(col, VarArena):
+            return join_keys(col.take(slots), name)
         return col[slots].astype(np.int64, copy=False)
 
     def take(self, name: str, slots: np.ndarray) -> Column:

@@ -147,6 +147,10 @@ class MJoinStage:
         self._shown[i] = int(ts[-1])
         self.deltas_in[i] += len(batch)
 
+    def advance(self, i: int, ts: int) -> None:
+        """Input ``i`` promises no delta earlier than ``ts`` (a watermark for an idle input)."""
+        self._shown[i] = max(self._shown[i], int(ts))
+
     def process(self, batch: Batch) -> list[Batch]:
         """Stage contract: the input is named by ``batch.meta['stream']``."""
         self.push(self.input_index(batch.meta.get("stream", "")), batch)

@@ -1,0 +1,492 @@
+"""AggregateStage: GROUP BY over a signed stream (docs/windows-and-joins.md, "Aggregates").
+
+Per group the stage keeps count, sum, avg, min and max of the tuples inserted and not retracted.
+After each batch it emits, for every group whose reported values changed, ``-old`` (unless the
+group was new) and ``+new`` (unless the group became empty), both stamped with the ts of the
+last delta of the batch that touched the group (dead letters do not count), groups in order of
+their first appearance in the batch (any delta counts).
+The per-delta work runs in :mod:`processors.kernels.aggregate`.
+
+Group keys: one numeric column goes through an int64 hash map in numba; strings, several
+columns or no column (a global aggregate) are coded per batch with ``np.unique`` and looked up in
+a Python dict once per distinct key of the batch. Float keys are made canonical (-0.0 -> 0.0, one
+NaN), as GROUP BY compares them by value.
+
+A delete that retracts a tuple its group does not hold (same values in the aggregated columns)
+is not applied: it goes to :meth:`AggregateStage.take_dead_letters` with the reason, as does a
+tuple whose sign is neither +1 nor -1. The ``__rid`` column of a window's delta stream is not
+looked at. Min and max take numeric columns only (no string min/max); uint64 value columns are
+refused because sums and comparisons run in int64.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from processors.core.batch import DELETE, INSERT, Batch, Column, VarColumn
+from processors.kernels import aggregate as kern
+
+FUNCS = ("count", "sum", "avg", "min", "max")
+SNAPSHOT_VERSION = 1
+_NAN = float("nan")  # the one NaN object in dict keys, so that a NaN key finds itself
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One output column: ``func`` over ``column`` (None only for count(*)), named ``name``."""
+
+    func: Literal["count", "sum", "avg", "min", "max"]
+    column: str | None
+    name: str
+
+
+def _validate(group_by: Sequence[str], aggregates: Sequence[Aggregate]) -> None:
+    if len(set(group_by)) != len(group_by):
+        raise ValueError(f"group_by names a column twice: {list(group_by)}")
+    names = list(group_by)
+    for agg in aggregates:
+        if agg.func not in FUNCS:
+            raise ValueError(f"aggregate {agg.name!r}: unknown function {agg.func!r} ({FUNCS})")
+        if agg.column is None and agg.func != "count":
+            raise ValueError(f"aggregate {agg.name!r}: {agg.func} needs a column")
+        if agg.name in names:
+            raise ValueError(f"duplicate output column name {agg.name!r}")
+        names.append(agg.name)
+
+
+def _value_columns(aggregates: Sequence[Aggregate]) -> tuple[str, ...]:
+    """Columns some sum/avg/min/max reads, in order of first use."""
+    cols: list[str] = []
+    for agg in aggregates:
+        if agg.func != "count" and agg.column not in cols:
+            cols.append(agg.column)  # type: ignore[arg-type]
+    return tuple(cols)
+
+
+def _describe(col: Column) -> str:
+    """A column's type as the schema records it."""
+    if isinstance(col, VarColumn):
+        return "var-utf8" if col.utf8 else "var-bytes"
+    return np.dtype(col.dtype).str
+
+
+def _numeric_kind(desc: str) -> str | None:
+    """'i' for integer-like (bool, int, uint up to 32 bits, int64), 'f' for floats, else None."""
+    if desc.startswith("var"):
+        return None
+    dtype = np.dtype(desc)
+    if dtype.kind == "f":
+        return "f"
+    if dtype.kind in "bi" or (dtype.kind == "u" and dtype.itemsize < 8):
+        return "i"
+    return None
+
+
+def _canonical(col: Column) -> Column:
+    """Float keys with -0.0 made 0.0 and every NaN the same NaN (GROUP BY compares values)."""
+    if isinstance(col, VarColumn) or col.dtype.kind != "f":
+        return col
+    fix = (col == 0) | np.isnan(col)
+    if not fix.any():
+        return col
+    out = col.copy()
+    out[col == 0] = 0
+    out[np.isnan(col)] = np.nan
+    return out
+
+
+def _int_keys(col: np.ndarray) -> np.ndarray:
+    """int64 map keys of a numeric column (floats by their float64 bit pattern)."""
+    if col.dtype.kind == "f":
+        return col.astype(np.float64).view(np.int64)
+    if col.dtype.kind == "u" and col.dtype.itemsize == 8:
+        return col.view(np.int64)
+    return col.astype(np.int64)
+
+
+def _py_key(value: object) -> object:
+    return _NAN if isinstance(value, float) and math.isnan(value) else value
+
+
+def _column_codes(col: Column) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of a column's values (equal values, equal codes) and a row of each code."""
+    if not isinstance(col, VarColumn):
+        _, reps, codes = np.unique(col, return_index=True, return_inverse=True)
+        return codes.reshape(-1), reps
+    hashes = kern.hash_var(col.offsets, col.data)
+    _, reps, codes = np.unique(hashes, return_index=True, return_inverse=True)
+    codes = codes.reshape(-1)
+    if kern.same_as_representative(col.offsets, col.data, codes, reps):
+        return codes, reps
+    seen: dict[object, int] = {}  # a 64-bit hash collision: code the values exactly instead
+    exact = np.array([seen.setdefault(v, len(seen)) for v in col.to_list()], np.int64)
+    _, reps, codes = np.unique(exact, return_index=True, return_inverse=True)
+    return codes.reshape(-1), reps
+
+
+def _composite_codes(cols: Sequence[Column], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of the rows' key tuples, and the first row of each code."""
+    if not cols:
+        return np.zeros(n, np.int64), np.zeros(1 if n else 0, np.int64)
+    codes, reps = _column_codes(cols[0])
+    for col in cols[1:]:
+        more, _ = _column_codes(col)
+        _, reps, codes = np.unique(
+            codes * (int(more.max()) + 1) + more, return_index=True, return_inverse=True
+        )
+        codes = codes.reshape(-1)
+    return codes, reps
+
+
+def _python_values(col: Column, rows: np.ndarray) -> list[object]:
+    if isinstance(col, VarColumn):
+        return col.take(rows).to_list()
+    return [_py_key(v) for v in col[rows].tolist()]
+
+
+class _IntKeys:
+    """One numeric group column: keys -> gids in a numba hash map."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.map = kern.IntKeyMap()
+
+    def gids(self, cols: list[Column], n: int, groups: kern.GroupState) -> np.ndarray:
+        return self.map.map(_int_keys(cols[0]), groups)  # type: ignore[arg-type]
+
+    def release(self, gids: np.ndarray) -> None:
+        self.map.unmap(gids)
+
+    def keys_of(self, gids: np.ndarray) -> list[tuple]:
+        raw = self.map.key_of_gid[gids]
+        if self.dtype.kind == "f":
+            vals = raw.view(np.float64).astype(self.dtype)
+        elif self.dtype.kind == "u" and self.dtype.itemsize == 8:
+            vals = raw.view(np.uint64)
+        else:
+            vals = raw.astype(self.dtype)
+        return [(_py_key(v),) for v in vals.tolist()]
+
+    def load(self, keys: list[tuple], groups: kern.GroupState) -> np.ndarray:
+        col = np.array([k[0] for k in keys], dtype=self.dtype)
+        return self.map.map(_int_keys(col), groups)
+
+
+class _DictKeys:
+    """Strings, several columns or none: per-batch codes, then a dict per distinct key."""
+
+    def __init__(self) -> None:
+        self.gid_of: dict[tuple, int] = {}
+        self.key_of: dict[int, tuple] = {}
+
+    def gids(self, cols: list[Column], n: int, groups: kern.GroupState) -> np.ndarray:
+        codes, reps = _composite_codes(cols, n)
+        groups.reserve(len(reps))
+        per_col = [_python_values(col, reps) for col in cols]
+        keys = list(zip(*per_col, strict=True)) if cols else [()] * len(reps)
+        code_gids = np.array([self._gid(key, groups) for key in keys], np.int64)
+        return code_gids[codes] if n else np.zeros(0, np.int64)
+
+    def _gid(self, key: tuple, groups: kern.GroupState) -> int:
+        gid = self.gid_of.get(key)
+        if gid is None:
+            gid = groups.alloc()
+            self.gid_of[key] = gid
+            self.key_of[gid] = key
+        return gid
+
+    def release(self, gids: np.ndarray) -> None:
+        for gid in gids.tolist():
+            del self.gid_of[self.key_of.pop(gid)]
+
+    def keys_of(self, gids: np.ndarray) -> list[tuple]:
+        return [self.key_of[g] for g in gids.tolist()]
+
+    def load(self, keys: list[tuple], groups: kern.GroupState) -> np.ndarray:
+        groups.reserve(len(keys))
+        return np.array([self._gid(tuple(_py_key(v) for v in k), groups) for k in keys], np.int64)
+
+
+class AggregateStage:
+    """GROUP BY ``group_by`` computing ``aggregates`` over a signed stream (module docstring)."""
+
+    def __init__(
+        self,
+        group_by: Sequence[str],
+        aggregates: Sequence[Aggregate],
+        name: str = "aggregate",
+    ) -> None:
+        _validate(group_by, aggregates)
+        self.name = name
+        self.group_by = tuple(group_by)
+        self.aggregates = tuple(aggregates)
+        self._value_cols = _value_columns(self.aggregates)
+        k = len(self._value_cols)
+        self._groups = kern.GroupState(k)
+        self._rows = kern.RowTable(k)
+        self._schema: dict[str, str] | None = None
+        self._keys: _IntKeys | _DictKeys = _DictKeys()
+        self._flags = (np.zeros(k, np.bool_),) * 3
+        self._dead: list[tuple[Batch, str]] = []
+        self._batches = 0
+        self._tuples_in = 0
+        self._rows_out = 0
+        self._dead_count = 0
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def _bind(self, schema: dict[str, str]) -> None:
+        """Check the configuration against the first batch's column types and fix the plan."""
+        for col in self.group_by:
+            if col not in schema:
+                raise ValueError(f"{self.name}: group-by column {col!r} is not in the input")
+            if not schema[col].startswith("var") and np.dtype(schema[col]).kind not in "biuf":
+                raise ValueError(f"{self.name}: cannot group by {col!r} of type {schema[col]}")
+        for agg in self.aggregates:
+            if agg.column is not None and agg.column not in schema:
+                raise ValueError(
+                    f"{self.name}: aggregate {agg.name!r} reads column {agg.column!r},"
+                    " which is not in the input"
+                )
+            if agg.func != "count" and _numeric_kind(schema[agg.column]) is None:  # type: ignore[index]
+                raise ValueError(
+                    f"{self.name}: {agg.func}({agg.column}) needs a numeric column (not uint64),"
+                    f" got {schema[agg.column]}"  # type: ignore[index]
+                )
+        kinds = [_numeric_kind(schema[c]) for c in self._value_cols]
+        funcs = [{a.func for a in self.aggregates if a.column == c} for c in self._value_cols]
+        self._flags = (
+            np.array([kd == "f" for kd in kinds], np.bool_),
+            np.array([bool(f & {"min", "max"}) for f in funcs], np.bool_),
+            np.array([bool(f & {"sum", "avg"}) for f in funcs], np.bool_),
+        )
+        one = self.group_by[0] if len(self.group_by) == 1 else None
+        if one is not None and not schema[one].startswith("var"):
+            self._keys = _IntKeys(np.dtype(schema[one]))
+        else:
+            self._keys = _DictKeys()
+        self._schema = dict(schema)
+
+    def _check_schema(self, batch: Batch) -> None:
+        used = {*self.group_by, *(a.column for a in self.aggregates if a.column is not None)}
+        missing = sorted(c for c in used if c not in batch.columns)
+        if missing:
+            raise ValueError(f"{self.name}: input batch lacks column(s) {missing}")
+        schema = {c: _describe(batch.columns[c]) for c in used}
+        if self._schema is None:
+            self._bind(schema)
+            return
+        for col, desc in schema.items():
+            if self._schema[col] != desc:
+                raise ValueError(
+                    f"{self.name}: column {col!r} changed type from {self._schema[col]} to {desc}"
+                )
+
+    # -- processing -------------------------------------------------------------------------
+
+    def _value_arrays(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The value columns as ordered int64 keys and as float64 (k x n each)."""
+        n, k = len(batch), len(self._value_cols)
+        vals = np.empty((k, n), np.int64)
+        fvals = np.empty((k, n), np.float64)
+        for c, name in enumerate(self._value_cols):
+            col = batch.columns[name]
+            if self._flags[0][c]:
+                vals[c] = kern.ordered_keys(col)  # type: ignore[arg-type]
+                fvals[c] = kern.floats_from_keys(vals[c])
+            else:
+                vals[c] = col
+        return vals, fvals
+
+    def process(self, batch: Batch) -> list[Batch]:
+        """Apply one batch of signed tuples; return the -old/+new rows of the changed groups."""
+        self._check_schema(batch)
+        self._batches += 1
+        n = len(batch)
+        if n == 0:
+            return []
+        self._tuples_in += n
+        key_cols = [_canonical(batch.columns[c]) for c in self.group_by]
+        gids = self._keys.gids(key_cols, n, self._groups)
+        vals, fvals = self._value_arrays(batch)
+        res = kern.apply_batch(
+            self._groups, self._rows, gids, batch.sign, batch.ts, vals, fvals, self._flags,
+            self._batches,
+        )  # fmt: skip
+        self._keys.release(res.released)
+        if len(res.dead):
+            self._collect_dead(batch, key_cols, res)
+        if len(res.sign) == 0:
+            return []
+        self._rows_out += len(res.sign)
+        cols: dict[str, Column] = {
+            name: col.take(res.row) if isinstance(col, VarColumn) else col[res.row]
+            for name, col in zip(self.group_by, key_cols, strict=True)
+        }
+        cols.update(self._agg_columns(res.count, res.sums, res.vmin, res.vmax))
+        return [Batch(cols, res.sign, res.ts, None, dict(batch.meta))]
+
+    def _agg_columns(
+        self,
+        count: np.ndarray,
+        sums: Sequence[np.ndarray],
+        vmin: Sequence[np.ndarray],
+        vmax: Sequence[np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """Aggregate output columns from per-row counts and per-value-column reported sums and
+        extremes (ordered keys)."""
+        assert self._schema is not None
+        out: dict[str, np.ndarray] = {}
+        for agg in self.aggregates:
+            if agg.func == "count":
+                out[agg.name] = count.astype(np.int64, copy=True)
+                continue
+            c = self._value_cols.index(agg.column)  # type: ignore[arg-type]
+            if agg.func == "sum":
+                out[agg.name] = sums[c].copy()
+            elif agg.func == "avg":
+                out[agg.name] = sums[c].astype(np.float64) / count
+            else:
+                keys = vmin[c] if agg.func == "min" else vmax[c]
+                raw = kern.floats_from_keys(keys) if self._flags[0][c] else keys
+                out[agg.name] = raw.astype(np.dtype(self._schema[agg.column]))  # type: ignore[index]
+        return out
+
+    # -- dead letters -----------------------------------------------------------------------
+
+    def _collect_dead(self, batch: Batch, key_cols: list[Column], res: kern.BatchResult) -> None:
+        for row, code in zip(res.dead.tolist(), res.dead_code.tolist(), strict=True):
+            one = batch.take(np.array([row], np.int64))
+            key = tuple(_python_values(col, np.array([row]))[0] for col in key_cols)
+            if code == kern.DEAD_BAD_SIGN:
+                reason = (
+                    f"{self.name}: sign {int(batch.sign[row])} is neither"
+                    f" {INSERT} (insert) nor {DELETE} (delete)"
+                )
+            else:
+                row_values = one.rows()[0]
+                values = {c: row_values[c] for c in self._value_cols}
+                reason = (
+                    f"{self.name}: delete retracts a tuple that group {key} does not hold"
+                    f" (values {values}); not applied"
+                )
+            self._dead.append((one, reason))
+        self._dead_count += len(res.dead)
+
+    def take_dead_letters(self) -> list[tuple[Batch, str]]:
+        """Deltas not applied since the last call (one-tuple batches with the reason)."""
+        out, self._dead = self._dead, []
+        return out
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def _live_gids(self) -> np.ndarray:
+        g = self._groups
+        return np.flatnonzero(g.count[: g.bump] > 0)
+
+    def current(self) -> dict[tuple, dict[str, object]]:
+        """Each non-empty group's key -> {aggregate name: value} (for tests, not hot paths)."""
+        gids = self._live_gids()
+        if self._schema is None or not len(gids):
+            return {}
+        g = self._groups
+        sums = kern.reported_sums(g, self._flags[0], gids)
+        cols = self._agg_columns(g.count[gids], sums, g.vmin[:, gids], g.vmax[:, gids])
+        values = {name: col.tolist() for name, col in cols.items()}
+        return {
+            key: {name: vals[j] for name, vals in values.items()}
+            for j, key in enumerate(self._keys.keys_of(gids))
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "kind": "aggregate",
+            "groups": self._groups.live,
+            "tuples_in": self._tuples_in,
+            "rows_out": self._rows_out,
+            "batches": self._batches,
+            "dead_letters": self._dead_count,
+            "distinct_tuples": self._rows.live,
+            "group_by": list(self.group_by),
+            "aggregates": [
+                {"func": a.func, "column": a.column, "name": a.name} for a in self.aggregates
+            ],
+        }
+
+    # -- snapshot / restore -----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The stage's state (picklable: Python values and numpy arrays). Dead letters not yet
+        taken are output, not state, and are not included."""
+        g, r = self._groups, self._rows
+        gids = self._live_gids()
+        place = np.full(g.bump, -1, np.int64)
+        place[gids] = np.arange(len(gids))
+        row_gids, row_vals, row_mult = r.live_rows()
+        return {
+            "version": SNAPSHOT_VERSION,
+            "group_by": list(self.group_by),
+            "aggregates": [(a.func, a.column, a.name) for a in self.aggregates],
+            "schema": None if self._schema is None else dict(self._schema),
+            "keys": self._keys.keys_of(gids),
+            "count": g.count[gids].copy(),
+            "sum_i": g.sum_i[:, gids],
+            "sum_f": g.sum_f[:, gids],
+            "comp": g.comp[:, gids],
+            "min": g.vmin[:, gids],
+            "max": g.vmax[:, gids],
+            "row_group": place[row_gids],
+            "row_vals": row_vals,
+            "row_mult": row_mult,
+            "counters": {
+                "batches": self._batches,
+                "tuples_in": self._tuples_in,
+                "rows_out": self._rows_out,
+                "dead_letters": self._dead_count,
+            },
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        group_by: Sequence[str],
+        aggregates: Sequence[Aggregate],
+        state: dict[str, Any],
+        name: str = "aggregate",
+    ) -> AggregateStage:
+        """A stage that continues exactly where the one that took ``state`` stood."""
+        stage = cls(group_by, aggregates, name)
+        if state.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"{name}: unknown snapshot version {state.get('version')!r}")
+        config = [(a.func, a.column, a.name) for a in stage.aggregates]
+        if (
+            list(state["group_by"]) != list(stage.group_by)
+            or [tuple(a) for a in state["aggregates"]] != config
+        ):
+            raise ValueError(f"{name}: snapshot was taken with another group_by or aggregates")
+        if state["schema"] is not None:
+            stage._bind(state["schema"])
+            stage._load(state)
+        counters = state["counters"]
+        stage._batches = int(counters["batches"])
+        stage._tuples_in = int(counters["tuples_in"])
+        stage._rows_out = int(counters["rows_out"])
+        stage._dead_count = int(counters["dead_letters"])
+        return stage
+
+    def _load(self, state: dict[str, Any]) -> None:
+        g = self._groups
+        gids = self._keys.load(list(state["keys"]), g)
+        g.count[gids] = state["count"]
+        g.sum_i[:, gids] = state["sum_i"]
+        g.sum_f[:, gids] = state["sum_f"]
+        g.comp[:, gids] = state["comp"]
+        g.vmin[:, gids] = state["min"]
+        g.vmax[:, gids] = state["max"]
+        row_group = np.asarray(state["row_group"], np.int64)
+        kern.load_rows(self._rows, g, gids[row_group], state["row_vals"], state["row_mult"])

@@ -1,0 +1,607 @@
+"""WindowStage: turns an append-only stream into the delta stream of its sliding window.
+
+Semantics (row ids, when a tuple leaves, the timestamps of deletes, lateness and late tuples)
+are those of ``docs/windows-and-joins.md``. Per batch the stage runs two numba kernels
+(:mod:`processors.kernels.window`): admission through the lateness buffer, then the window's
+insert/delete events. Window contents live in a slot store in row-id order, so that a delete
+reads back exactly the values its insert carried; the store compacts itself when dead slots
+outnumber live ones, which keeps the copying amortized O(1) per tuple.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from processors.core.batch import INSERT, ROW_ID, Batch, Column, VarColumn
+from processors.core.plan import Window
+from processors.kernels.gather import gather_var
+from processors.kernels.window import (
+    IN_ORDER,
+    LATE_POSSIBLE,
+    admit,
+    classify_arrivals,
+    hash_var,
+    partition_events,
+    range_events,
+    rows_events,
+    var_equal_to,
+)
+
+NOT_APPEND_ONLY = "window input must be append-only"
+_NO_TS = np.iinfo(np.int64).min  # max_ts / last admitted ts before any tuple
+_MIN_SLOTS = 1024
+_SNAPSHOT_VERSION = 1
+
+
+def _check_config(window: Window, lateness_ms: object) -> None:
+    """Reject configurations the semantics do not cover, naming the problem."""
+    if not isinstance(window, Window):
+        raise ValueError(f"window must be a processors.core.plan.Window, got {window!r}")
+    if window.kind not in ("rows", "range"):
+        raise ValueError(f"window {window}: kind must be 'rows' or 'range', got {window.kind!r}")
+    size = window.size
+    if not isinstance(size, int | np.integer) or isinstance(size, bool) or size <= 0:
+        raise ValueError(f"window {window}: size must be a positive int, got {size!r}")
+    if window.partition_by and window.kind != "rows":
+        raise ValueError(f"window {window}: PARTITION BY needs a ROWS window")
+    if isinstance(lateness_ms, bool) or not isinstance(lateness_ms, int | np.integer):
+        raise ValueError(f"lateness_ms must be an int (milliseconds), got {lateness_ms!r}")
+    if lateness_ms < 0:
+        raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
+
+
+def _column_type(col: Column) -> str:
+    """Schema type of a column: the numpy dtype string, or string/bytes for VarColumns."""
+    if isinstance(col, VarColumn):
+        return "string" if col.utf8 else "bytes"
+    return np.asarray(col).dtype.str
+
+
+def _var_parts(col: VarColumn) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets rebased to 0 and exactly the data bytes they cover."""
+    lo, hi = int(col.offsets[0]), int(col.offsets[-1])
+    return col.offsets - lo, col.data[lo:hi]
+
+
+def _encode_column(col: Column) -> Any:
+    """A column as snapshot data (arrays copied, so that later processing cannot change it)."""
+    if isinstance(col, VarColumn):
+        offsets, data = _var_parts(col)
+        return {"offsets": offsets.copy(), "data": data.copy(), "utf8": col.utf8}
+    return np.array(col, copy=True)
+
+
+def _decode_column(data: Any) -> Column:
+    if isinstance(data, dict):
+        offsets = np.asarray(data["offsets"], np.int64)
+        return VarColumn(offsets, np.asarray(data["data"], np.uint8), bool(data["utf8"]))
+    return np.asarray(data)
+
+
+def _grow(arr: np.ndarray, n: int, fill: int = 0) -> np.ndarray:
+    """``arr`` with room for at least ``n`` entries (doubling, so growth is amortized)."""
+    if len(arr) >= n:
+        return arr
+    out = np.full(max(n, 2 * len(arr), 16), fill, arr.dtype)
+    out[: len(arr)] = arr
+    return out
+
+
+class _VarSlots:
+    """Variable-length values of the store's slots: offsets and bytes with spare capacity."""
+
+    __slots__ = ("offsets", "data", "utf8")
+
+    def __init__(self, cap: int, utf8: bool) -> None:
+        self.offsets = np.zeros(cap + 1, np.int64)
+        self.data = np.empty(4096, np.uint8)
+        self.utf8 = utf8
+
+    def write(self, slot: int, col: VarColumn) -> None:
+        """Values of ``col`` into slots ``slot..`` (slots before it stay as they are)."""
+        offsets, data = _var_parts(col)
+        base = int(self.offsets[slot])
+        self.data = _grow(self.data, base + len(data))
+        self.data[base : base + len(data)] = data
+        self.offsets[slot + 1 : slot + len(offsets)] = offsets[1:] + base
+
+    def view(self, lo: int, hi: int) -> VarColumn:
+        base = int(self.offsets[lo])
+        return VarColumn(
+            self.offsets[lo : hi + 1] - base,
+            self.data[base : int(self.offsets[hi])],
+            self.utf8,
+        )
+
+    def take(self, slots: np.ndarray) -> VarColumn:
+        offsets, data = gather_var(self.offsets, self.data, slots)
+        return VarColumn(offsets, data, self.utf8)
+
+    def moved(self, keep: np.ndarray, cap: int) -> _VarSlots:
+        """The values of slots ``keep`` in slots 0.. of a store with ``cap`` slots."""
+        out = _VarSlots(cap, self.utf8)
+        out.write(0, self.take(keep))
+        return out
+
+
+class _Store:
+    """The window's tuples in slots, in row-id order: values, row id, ts, and liveness.
+
+    Slots ``start..size-1`` hold every tuple that may still be in the window (below ``start``
+    all are dead); ``alive`` marks the live ones (for ROWS and RANGE exactly that range, for
+    PARTITION BY a subset). ``nxt`` links each PARTITION BY group's tuples (see
+    :func:`processors.kernels.window.partition_events`).
+    """
+
+    def __init__(self, schema: list[tuple[str, str]], linked: bool) -> None:
+        self.schema = schema
+        self.linked = linked
+        self.size = 0
+        self.start = 0
+        self.live = 0
+        self._allocate(_MIN_SLOTS)
+
+    def _allocate(self, cap: int) -> None:
+        self.cap = cap
+        self.rid = np.empty(cap, np.int64)
+        self.ts = np.empty(cap, np.int64)
+        self.alive = np.zeros(cap, np.bool_)
+        self.nxt = np.empty(cap if self.linked else 0, np.int64)
+        self.cols: dict[str, np.ndarray | _VarSlots] = {
+            name: _VarSlots(cap, typ == "string")
+            if typ in ("string", "bytes")
+            else np.empty(cap, np.dtype(typ))
+            for name, typ in self.schema
+        }
+
+    def live_slots(self) -> np.ndarray:
+        return self.start + np.flatnonzero(self.alive[self.start : self.size])
+
+    def reserve(self, k: int) -> np.ndarray | None:
+        """Room for ``k`` more slots. Compacts (live slots move to 0..) when full, so returns
+        the old slot of each new one then (for callers holding slot numbers), else None.
+
+        The new capacity is at least twice what is kept plus ``k``, so compactions are at least
+        that many appends apart: amortized O(1) copying per tuple.
+        """
+        if self.size + k <= self.cap:
+            return None
+        keep = self.live_slots()
+        old = (self.rid, self.ts, self.nxt, self.cols)
+        self._allocate(max(2 * (len(keep) + k), _MIN_SLOTS))
+        n = len(keep)
+        self.rid[:n] = old[0][keep]
+        self.ts[:n] = old[1][keep]
+        self.alive[:n] = True
+        if self.linked:
+            self.nxt[:n] = old[2][keep]
+        for name, col in old[3].items():
+            if isinstance(col, _VarSlots):
+                self.cols[name] = col.moved(keep, self.cap)
+            else:
+                self.cols[name][:n] = col[keep]  # type: ignore[index]
+        self.size, self.start = n, 0
+        return keep
+
+    def append(self, src: Batch, idx: np.ndarray | None, rids: np.ndarray) -> int:
+        """Tuples ``idx`` of ``src`` (all, in order, if None) into the next slots; returns the
+        first of them. ``reserve`` must have made room."""
+        k = len(rids)
+        lo, hi = self.size, self.size + k
+        for name, col in src.columns.items():
+            dst = self.cols[name]
+            if isinstance(dst, _VarSlots):
+                dst.write(lo, col if idx is None else col.take(idx))  # type: ignore[arg-type]
+            elif idx is None:
+                dst[lo:hi] = col
+            else:
+                np.take(col, idx, out=dst[lo:hi])
+        self.ts[lo:hi] = src.ts if idx is None else src.ts[idx]
+        self.rid[lo:hi] = rids
+        self.alive[lo:hi] = True
+        self.size = hi
+        self.live += k
+        return lo
+
+    def kill_before(self, start: int) -> None:
+        """FIFO windows: slots below ``start`` left the window."""
+        self.alive[self.start : start] = False
+        self.live -= start - self.start
+        self.start = start
+
+    def view(self, lo: int, hi: int) -> dict[str, Column]:
+        """Columns of slots lo..hi-1 (views: valid until the next append)."""
+        return {
+            name: col.view(lo, hi) if isinstance(col, _VarSlots) else col[lo:hi]
+            for name, col in self.cols.items()
+        }
+
+    def take(self, slots: np.ndarray) -> dict[str, Column]:
+        return {
+            name: col.take(slots) if isinstance(col, _VarSlots) else col[slots]
+            for name, col in self.cols.items()
+        }
+
+
+def _canonical_int64(col: np.ndarray) -> np.ndarray:
+    """Numeric keys as int64 that are equal iff the values are (for floats: 0.0 == -0.0, and
+    every NaN is one key, as numpy's unique has it)."""
+    if col.dtype.kind == "f":
+        v = col.astype(np.float64)
+        v = np.where(v == 0.0, 0.0, v)
+        v = np.where(np.isnan(v), np.nan, v)
+        return v.view(np.int64)
+    return col.astype(np.int64)
+
+
+def _var_codes(col: VarColumn) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of string/bytes keys and the first row of each code: hashed in numba,
+    grouped by numpy, verified byte for byte (a hash collision falls back to exact Python)."""
+    hashes = np.empty(len(col), np.uint64)
+    hash_var(col.offsets, col.data, hashes)
+    _, first, codes = np.unique(hashes, return_index=True, return_inverse=True)
+    if var_equal_to(col.offsets, col.data, first[codes]):
+        return codes.astype(np.int64), first.astype(np.int64)
+    seen: dict[bytes, int] = {}
+    raw = [col.data[col.offsets[i] : col.offsets[i + 1]].tobytes() for i in range(len(col))]
+    codes = np.array([seen.setdefault(v, len(seen)) for v in raw], np.int64)
+    return codes, np.unique(codes, return_index=True)[1].astype(np.int64)
+
+
+def _column_codes(col: Column) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of one key column and the first row of each code (one sort)."""
+    if isinstance(col, VarColumn):
+        return _var_codes(col)
+    _, first, codes = np.unique(
+        _canonical_int64(np.asarray(col)), return_index=True, return_inverse=True
+    )
+    return codes.astype(np.int64), first.astype(np.int64)
+
+
+def _key_codes(cols: list[Column]) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of the (multi-column) partition key of each row, and a row of each code."""
+    codes, first = _column_codes(cols[0])
+    for col in cols[1:]:
+        more = _column_codes(col)[0]
+        # both codes are < n, so this stays below n**2: no overflow
+        combined = codes * (int(more.max()) + 1) + more
+        _, first, codes = np.unique(combined, return_index=True, return_inverse=True)
+        codes, first = codes.astype(np.int64), first.astype(np.int64)
+    return codes, first
+
+
+def _key_parts(col: Column, rows: np.ndarray) -> list[object]:
+    """Hashable Python values of one key column at ``rows`` (once per distinct key)."""
+    if isinstance(col, VarColumn):
+        return [col.data[col.offsets[r] : col.offsets[r + 1]].tobytes() for r in rows.tolist()]
+    return _canonical_int64(np.asarray(col)[rows]).tolist()
+
+
+class _Groups:
+    """PARTITION BY groups: a dense id per key value and each group's FIFO in the store.
+
+    A group never empties (its window keeps the last n tuples of the key forever), so ids are
+    never reclaimed: the table grows with the key domain, as the window contents do.
+    """
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        self.columns = columns
+        self.ids: dict[tuple[object, ...], int] = {}
+        self.keys: list[tuple[object, ...]] = []
+        self.head = np.full(16, -1, np.int64)
+        self.tail = np.full(16, -1, np.int64)
+        self.count = np.zeros(16, np.int64)
+
+    def assign(self, cols: dict[str, Column]) -> np.ndarray:
+        """The group id of each row (new keys get new ids; Python runs once per distinct key)."""
+        key_cols = [cols[c] for c in self.columns]
+        codes, first = _key_codes(key_cols)
+        parts = [_key_parts(c, first) for c in key_cols]
+        gids = np.empty(len(first), np.int64)
+        for i, key in enumerate(zip(*parts, strict=True)):
+            gid = self.ids.get(key)
+            if gid is None:
+                gid = self.ids[key] = len(self.keys)
+                self.keys.append(key)
+            gids[i] = gid
+        n = len(self.keys)
+        self.head, self.tail = _grow(self.head, n, -1), _grow(self.tail, n, -1)
+        self.count = _grow(self.count, n)
+        return gids[codes]
+
+    def moved(self, keep: np.ndarray, store: _Store) -> None:
+        """The store compacted: slot ``keep[i]`` is now slot i."""
+        new = np.full(int(keep.max()) + 1 if len(keep) else 1, -1, np.int64)
+        new[keep] = np.arange(len(keep))
+        n = len(keep)
+        nxt = store.nxt[:n]
+        store.nxt[:n] = np.where(nxt >= 0, new[np.clip(nxt, 0, len(new) - 1)], -1)
+        used = self.count > 0
+        self.head = np.where(used, new[np.clip(self.head, 0, len(new) - 1)], -1)
+        self.tail = np.where(used, new[np.clip(self.tail, 0, len(new) - 1)], -1)
+
+
+class WindowStage:
+    """ROWS n, PARTITION BY k ROWS n or RANGE t over an append-only stream, emitting the delta
+    stream of the window (inputs' columns plus ``__rid``) in non-decreasing timestamp order."""
+
+    def __init__(self, window: Window, lateness_ms: int = 0, name: str = "window") -> None:
+        _check_config(window, lateness_ms)
+        self.window = window
+        self.lateness_ms = int(lateness_ms)
+        self.name = name
+        self._schema: list[tuple[str, str]] | None = None
+        self._store: _Store | None = None
+        self._groups = _Groups(window.partition_by) if window.partition_by else None
+        self._buffer: Batch | None = None  # lateness buffer, in admission order
+        self._state = np.array([_NO_TS, _NO_TS], np.int64)  # max_ts, last admitted ts
+        self._next_rid = 0
+        self._meta: dict[str, str] = {}
+        self._dead: list[tuple[Batch, str]] = []
+        self.tuples_in = 0
+        self.inserts_out = 0
+        self.deletes_out = 0
+        self.late_total = 0
+        self.rejected_total = 0
+
+    # -- processing -----------------------------------------------------------------------
+    def process(self, batch: Batch) -> list[Batch]:
+        """Admit the batch's tuples (through the lateness buffer); return the window deltas."""
+        self._check_schema(batch)
+        self.tuples_in += len(batch)
+        self._meta = dict(batch.meta)
+        batch = self._reject_deletes(batch)
+        if not len(batch):
+            return []
+        core = Batch(batch.columns, batch.sign, np.asarray(batch.ts, np.int64), None, batch.meta)
+        n_buf = 0 if self._buffer is None else len(self._buffer)
+        combined = core if not n_buf else Batch.concat([self._buffer, core])  # type: ignore[list-item]
+        order = self._admit_bounded(combined, n_buf)
+        if order is None:
+            order = self._admit(combined, n_buf, batch)
+        n = len(order)
+        if n and order[-1] == n - 1 and bool(np.all(order == np.arange(n))):
+            return self._enter(combined.slice(0, n), None, n)  # a prefix, in arrival order
+        return self._enter(combined, order, n)
+
+    def _admit_bounded(self, combined: Batch, n_buf: int) -> np.ndarray | None:
+        """The common case, without the heap: no arrival below the watermark before it (nor
+        below the last admitted ts), so nothing is late, the admission order is the stable
+        sort by ts of buffer and batch (arrival order when they are in order: no sort), and
+        what is admitted by the end of the batch is the prefix up to the final watermark.
+        Returns the admitted candidates in order, or None for the general path."""
+        ts = combined.ts
+        arrivals = classify_arrivals(ts, n_buf, self.lateness_ms, self._state)
+        if arrivals == LATE_POSSIBLE:
+            return None
+        order = np.arange(len(ts)) if arrivals == IN_ORDER else np.argsort(ts, kind="stable")
+        ordered_ts = ts if arrivals == IN_ORDER else ts[order]
+        top = max(int(self._state[0]), int(ordered_ts[-1]))
+        watermark = top - self.lateness_ms
+        k = 0
+        if watermark >= int(ordered_ts[0]):
+            k = int(np.searchsorted(ordered_ts, watermark, side="right"))
+        self._state[0] = top
+        if k:
+            self._state[1] = ordered_ts[k - 1]
+        self._keep_buffered(combined, order[k:], in_order=True)
+        return order[:k]
+
+    def _admit(self, combined: Batch, n_buf: int, batch: Batch) -> np.ndarray:
+        """Arrivals through the lateness buffer (its ``n_buf`` tuples lead ``combined``, the
+        batch's follow): late ones go to the dead letters, the not yet admissible stay
+        buffered. Returns the admitted candidates in admission order."""
+        admitted, late, late_last, late_max, heap, heap_ts = np.empty((6, len(combined)), np.int64)
+        n_adm, n_late, n_heap = admit(
+            combined.ts, n_buf, self.lateness_ms, self._state,
+            admitted, late, late_last, late_max, heap, heap_ts,
+        )  # fmt: skip
+        if n_late:
+            self._dead_late(batch, late[:n_late] - n_buf, late_last[:n_late], late_max[:n_late])
+        self._keep_buffered(combined, heap[:n_heap])
+        return admitted[:n_adm]
+
+    def flush(self) -> list[Batch]:
+        """Admit every buffered tuple (end of input); RANGE windows expire nothing here."""
+        buffered, self._buffer = self._buffer, None
+        if buffered is None or not len(buffered):
+            return []
+        self._state[1] = max(int(self._state[1]), int(buffered.ts[-1]))
+        return self._enter(buffered, None, len(buffered))
+
+    def take_dead_letters(self) -> list[tuple[Batch, str]]:
+        """Rejected and late tuples since the last call, as (tuples, reason) pairs."""
+        dead, self._dead = self._dead, []
+        return dead
+
+    def _check_schema(self, batch: Batch) -> None:
+        """The first batch fixes the columns and their types; later ones must match."""
+        schema = [(name, _column_type(col)) for name, col in batch.columns.items()]
+        if ROW_ID in batch.columns:
+            raise ValueError(f"{self.name}: input already has a {ROW_ID!r} column")
+        if self._schema is None:
+            self._schema = schema
+            self._store = _Store(schema, self._groups is not None)
+        elif schema != self._schema:
+            raise ValueError(f"{self.name}: batch columns {schema} differ from {self._schema}")
+
+    def _reject_deletes(self, batch: Batch) -> Batch:
+        """Tuples that are not inserts go to the dead letters; the rest go on."""
+        bad = batch.sign != INSERT
+        if not bad.any():
+            return batch
+        self.rejected_total += int(bad.sum())
+        self._dead.append((batch.filter(bad), NOT_APPEND_ONLY))
+        return batch.filter(~bad)
+
+    def _dead_late(
+        self, batch: Batch, rows: np.ndarray, last: np.ndarray, max_ts: np.ndarray
+    ) -> None:
+        """Late tuples to the dead letters, one entry per admission state they met."""
+        self.late_total += len(rows)
+        cut = np.flatnonzero((np.diff(last) != 0) | (np.diff(max_ts) != 0)) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, len(rows)], strict=True):
+            dead = batch.take(rows[lo:hi])
+            t_lo, t_hi = int(dead.ts.min()), int(dead.ts.max())
+            ts = str(t_lo) if t_lo == t_hi else f"{t_lo}..{t_hi}"
+            top = int(max_ts[lo])
+            reason = (
+                f"late: ts {ts} is below the last admitted ts {int(last[lo])}; "
+                f"watermark {top - self.lateness_ms} (max_ts {top}, "
+                f"lateness {self.lateness_ms} ms)"
+            )
+            self._dead.append((dead, reason))
+
+    def _keep_buffered(self, combined: Batch, rest: np.ndarray, in_order: bool = False) -> None:
+        """What stays in the lateness buffer, sorted in admission order (ts, then arrival)."""
+        if not len(rest):
+            self._buffer = None
+            return
+        if not in_order:
+            rest = rest[np.lexsort((rest, combined.ts[rest]))]
+        self._buffer = combined.take(rest)
+
+    # -- the window ------------------------------------------------------------------------
+    def _enter(self, src: Batch, idx: np.ndarray | None, k: int) -> list[Batch]:
+        """Tuples ``idx`` of ``src`` (all if None) enter the window in that order."""
+        if not k:
+            return []
+        store = self._store
+        assert store is not None
+        rids = np.arange(self._next_rid, self._next_rid + k, dtype=np.int64)
+        self._next_rid += k
+        first = self._append(store, src, idx, rids)
+        slots, signs, ts = self._events(store, first, k)
+        return [self._deltas(store, slots, signs, ts)]
+
+    def _append(self, store: _Store, src: Batch, idx: np.ndarray | None, rids: np.ndarray) -> int:
+        moved = store.reserve(len(rids))
+        if moved is not None and self._groups is not None:
+            self._groups.moved(moved, store)
+        return store.append(src, idx, rids)
+
+    def _events(self, store: _Store, first: int, k: int) -> tuple[np.ndarray, ...]:
+        """Run the window's event kernel over the ``k`` tuples appended at slot ``first``."""
+        cap = 2 * k + (first - store.start if self.window.kind == "range" else 0)
+        slots, signs, ts = np.empty(cap, np.int64), np.empty(cap, np.int8), np.empty(cap, np.int64)
+        size = int(self.window.size)
+        if self._groups is not None:
+            g = self._groups
+            groups = g.assign(store.view(first, first + k))
+            m = partition_events(
+                first, groups, size, store.ts, store.alive, store.nxt,
+                g.head, g.tail, g.count, slots, signs, ts,
+            )  # fmt: skip
+            store.live -= m - k
+        else:
+            kernel = rows_events if self.window.kind == "rows" else range_events
+            m, start = kernel(store.start, first, k, size, store.ts, slots, signs, ts)
+            store.kill_before(start)
+        self.inserts_out += k
+        self.deletes_out += m - k
+        return slots[:m], signs[:m], ts[:m]
+
+    def _deltas(self, store: _Store, slots: np.ndarray, signs: np.ndarray, ts: np.ndarray) -> Batch:
+        columns = store.take(slots)
+        columns[ROW_ID] = store.rid[slots]
+        return Batch(columns, signs, ts, None, dict(self._meta))
+
+    # -- state -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return 0 if self._store is None else self._store.live
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "kind": "window",
+            "window": str(self.window),
+            "lateness_ms": self.lateness_ms,
+            "tuples_in": self.tuples_in,
+            "inserts_out": self.inserts_out,
+            "deletes_out": self.deletes_out,
+            "window_size": len(self),
+            "buffered": 0 if self._buffer is None else len(self._buffer),
+            "late_total": self.late_total,
+            "rejected_total": self.rejected_total,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to continue exactly where this stage is (arrays are copies)."""
+        contents = None
+        if self._store is not None:
+            live = self._store.live_slots()
+            contents = {
+                "columns": {k: _encode_column(c) for k, c in self._store.take(live).items()},
+                "ts": self._store.ts[live].copy(),
+                "rid": self._store.rid[live].copy(),
+            }
+        buffer = None
+        if self._buffer is not None:
+            buffer = {
+                "columns": {k: _encode_column(c) for k, c in self._buffer.columns.items()},
+                "ts": self._buffer.ts.copy(),
+            }
+        return {
+            "version": _SNAPSHOT_VERSION,
+            "window": str(self.window),
+            "schema": None if self._schema is None else [list(s) for s in self._schema],
+            "contents": contents,
+            "buffer": buffer,
+            "next_rid": self._next_rid,
+            "max_ts": int(self._state[0]),
+            "last_admitted_ts": int(self._state[1]),
+            "meta": dict(self._meta),
+            "counters": {k: getattr(self, k) for k in _COUNTERS},
+        }
+
+    @classmethod
+    def restore(
+        cls, window: Window, lateness_ms: int, state: dict[str, Any], name: str = "window"
+    ) -> WindowStage:
+        """A stage that continues from ``state`` (a :meth:`snapshot`) as the original would."""
+        stage = cls(window, lateness_ms, name)
+        if state.get("version") != _SNAPSHOT_VERSION:
+            raise ValueError(f"{name}: unknown window snapshot version {state.get('version')!r}")
+        if state["window"] != str(window):
+            raise ValueError(f"{name}: snapshot of window {state['window']}, not {window}")
+        if state["schema"] is not None:
+            stage._schema = [(str(n), str(t)) for n, t in state["schema"]]
+            stage._store = _Store(stage._schema, stage._groups is not None)
+        if state["contents"] is not None:
+            stage._refill(state["contents"])
+        if state["buffer"] is not None:
+            cols = {k: _decode_column(v) for k, v in state["buffer"]["columns"].items()}
+            stage._buffer = Batch.inserts(cols, np.asarray(state["buffer"]["ts"], np.int64))
+        stage._next_rid = int(state["next_rid"])
+        stage._state[:] = (int(state["max_ts"]), int(state["last_admitted_ts"]))
+        stage._meta = dict(state["meta"])
+        for key in _COUNTERS:
+            setattr(stage, key, int(state["counters"][key]))
+        return stage
+
+    def _refill(self, contents: dict[str, Any]) -> None:
+        """Put snapshotted window contents back, rebuilding the PARTITION BY groups by
+        replaying them (they are the last <= n per key, so the replay deletes nothing)."""
+        store = self._store
+        assert store is not None
+        cols = {k: _decode_column(v) for k, v in contents["columns"].items()}
+        rids = np.asarray(contents["rid"], np.int64)
+        src = Batch.inserts(cols, np.asarray(contents["ts"], np.int64))
+        if not len(rids):
+            return
+        first = self._append(store, src, None, rids)
+        if self._groups is None:
+            return
+        g, k = self._groups, len(rids)
+        groups = g.assign(store.view(first, first + k))
+        out = np.empty(2 * k, np.int64), np.empty(2 * k, np.int8), np.empty(2 * k, np.int64)
+        m = partition_events(
+            first, groups, int(self.window.size), store.ts, store.alive, store.nxt,
+            g.head, g.tail, g.count, *out,
+        )  # fmt: skip
+        if m != k:
+            raise ValueError(f"{self.name}: snapshot holds more than {self.window.size} per key")
+
+
+_COUNTERS = ("tuples_in", "inserts_out", "deletes_out", "late_total", "rejected_total")
