@@ -89,7 +89,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from processors.experiments.filters import EXPERIMENTS, run_experiment
+    from processors.experiments import EXPERIMENTS, run_experiment
 
     names = sorted(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:

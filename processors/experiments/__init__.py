@@ -1,1 +1,44 @@
-"""Reproductions of the papers' experiments (CSV and PNG), added with the adaptive stages."""
+"""Reproductions of the papers' experiments (CSV and PNG), added with the adaptive stages.
+
+``EXPERIMENTS`` (every experiment name, filters' and joins') and :func:`run_experiment` are what
+``streamon experiment`` uses. The modules are imported on first use only: they pull in numba
+and matplotlib, which importing ``processors.experiments.plotting`` alone should not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _registries() -> list[tuple[dict[str, Callable[[Path, float, int], list[Path]]], Any]]:
+    """(EXPERIMENTS, run_experiment) of each experiment module."""
+    from processors.experiments import filters, joins
+
+    return [
+        (filters.EXPERIMENTS, filters.run_experiment),
+        (joins.EXPERIMENTS, joins.run_experiment),
+    ]
+
+
+def all_experiments() -> dict[str, Callable[[Path, float, int], list[Path]]]:
+    """Every experiment by name."""
+    out: dict[str, Callable[[Path, float, int], list[Path]]] = {}
+    for registry, _ in _registries():
+        out.update(registry)
+    return out
+
+
+def run_experiment(name: str, out_dir: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
+    """Run one experiment by name with its module's runner (which quiets that stage's log)."""
+    for registry, run in _registries():
+        if name in registry:
+            return run(name, out_dir, scale=scale, seed=seed)
+    raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(all_experiments())}")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EXPERIMENTS":
+        return all_experiments()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

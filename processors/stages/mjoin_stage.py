@@ -300,8 +300,11 @@ class MJoinStage:
             costs[0].append(e)
             costs[1].append(float(probes))
             costs[2].append(before_rows)
-            if len(samples):
-                alive = np.isin(samples, run.origin, assume_unique=False)
+            if len(samples):  # origins stay sorted: a binary search per sample
+                at = np.minimum(np.searchsorted(run.origin, samples), max(len(run.origin) - 1, 0))
+                alive = (
+                    run.origin[at] == samples if len(run.origin) else np.zeros(len(samples), bool)
+                )
                 dropped_at[(~alive) & (dropped_at == pipe.size)] = k
         self.costs[i].record_many(*costs)
         if len(samples):

@@ -1,0 +1,262 @@
+"""Windowed MJoin queries on the real broker through real Faust workers, with restarts.
+
+Three router streams keyed by packet id, co-partitioned (2 partitions), RANGE windows, joined
+on pid. The oracle is the independent naive one (tests/oracle/naive.py), run per partition on
+the records as the broker stored them. An MJoin releases a delta only when every input has
+moved past its timestamp, so the comparison covers the deltas older than the slowest input of
+each partition; everything the worker wrote must be in the oracle, and everything in the
+oracle up to that point must have been written.
+
+- SIGTERM mid-stream, then a new worker: the results are exactly the oracle's (the state comes
+  back from the snapshots; no duplicate, nothing missing).
+- SIGKILL mid-stream, then a new worker: nothing is missing; duplicates (results of the input
+  after the last snapshot, produced again) are counted and reported.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from oracle.naive import naive_join, naive_window_deltas
+
+from processors.core.batch import Batch, VarColumn
+from processors.runtime.launcher import WorkerProcess, wait_for_count
+from processors.runtime.producer import SIGN_HEADER
+from processors.runtime.publish import publish_batch
+from topics.admin import ensure_topics, read_topic
+from topics.avro import SchemaStore, decode_single_object, load_schema
+from topics.specs import TopicSpec
+
+PARTITIONS = 2
+STREAMS = ("a", "b", "c")
+RANGE_MS = 2_000
+PER_STREAM = 3_000  # tuples per stream and half
+FIELDS = ("router", "pid", "ts", "size", "src", "dst")
+
+QUERY = """\
+from processors.core.query import Query
+from topics.avro import load_schema
+schema = load_schema("packet")
+query = Query({name!r})
+for s in ("a", "b", "c"):
+    query.stream(s, topic={prefix!r} + "." + s, schema=schema, key="pid", timestamp="ts",
+                 partitions={p})
+    query.window(s, range_ms={range_ms})
+query.join("a.pid", "b.pid").join("b.pid", "c.pid")
+query.select({columns})
+query.into({result!r}, partitions={p})
+"""
+
+
+def packets(stream: int, half: int) -> Batch:
+    """Packets of one router, in time order; pid is the key (co-partitioning)."""
+    rng = np.random.default_rng(10 * half + stream)
+    n = PER_STREAM
+    ts = np.sort(rng.integers(0, 30_000, n)).astype(np.int64) + 30_000 * half
+    pid = rng.integers(0, 400, n).astype(np.int64)
+    batch = Batch.inserts(
+        {
+            "router": np.full(n, stream, np.int32),
+            "pid": pid,
+            "ts": ts,
+            "size": rng.integers(40, 1500, n).astype(np.int32),
+            "src": rng.integers(0, 10, n).astype(np.int64),
+            "dst": np.arange(n, dtype=np.int64) + 10_000 * (stream + 3 * half),
+        },
+        ts,
+    )
+    batch.key = VarColumn.from_values([str(int(p)).encode() for p in pid], utf8=False)
+    return batch
+
+
+def stored_inputs(bootstrap: str, prefix: str) -> dict[int, list[list[dict]]]:
+    """Per partition, each stream's records as stored (arrival order), decoded."""
+    schema, store = load_schema("packet"), SchemaStore()
+    out: dict[int, list[list[dict]]] = {p: [[] for _ in STREAMS] for p in range(PARTITIONS)}
+    for i, s in enumerate(STREAMS):
+        for record in read_topic(bootstrap, f"{prefix}.{s}"):
+            out[record.partition][i].append(decode_single_object(record.value, schema, store))
+    return out
+
+
+def natural_join_by_key(deltas: list[list[dict]], key: str) -> Counter:
+    """The naive join's semantics (tests/oracle/naive.py: global order (ts, input, position),
+    a delta meets the other inputs' current windows), with each window indexed by the join key
+    so that thousands of deltas stay fast; for a natural join on ``key`` only."""
+    events = sorted(
+        ((d["ts"], i, k, d) for i, stream in enumerate(deltas) for k, d in enumerate(stream)),
+        key=lambda e: e[:3],
+    )
+    windows: list[dict[object, dict[int, dict]]] = [{} for _ in deltas]
+    out: Counter = Counter()
+    for ts, i, _, d in events:
+        row, value = d["row"], d["row"][key]
+        if d["sign"] < 0:
+            del windows[i][value][d["rid"]]
+        combos: list[list[dict]] = [[]]
+        for j in range(len(deltas)):
+            rows = [row] if j == i else list(windows[j].get(value, {}).values())
+            combos = [c + [r] for c in combos for r in rows]
+        for combo in combos:
+            values = tuple(tuple(sorted(r.items())) for r in combo)
+            out[(d["sign"], ts, values)] += 1
+        if d["sign"] > 0:
+            windows[i].setdefault(value, {})[d["rid"]] = row
+    return out
+
+
+def oracle(inputs: dict[int, list[list[dict]]]) -> dict[int, tuple[Counter, int]]:
+    """Per partition: the naive join's results (sign, values) released so far, and the cut."""
+    out = {}
+    for p, streams in inputs.items():
+        deltas = []
+        for rows in streams:
+            # event time under its own name, so that the ts field stays a column of the rows
+            timed = [{**r, "event_ms": r["ts"]} for r in rows]
+            d, late = naive_window_deltas(timed, "range", RANGE_MS, ts_field="event_ms")
+            assert not late
+            deltas.append(d)
+        cut = min(max(r["ts"] for r in rows) for rows in streams)
+        results: Counter = Counter()
+        for (sign, ts, values), count in natural_join_by_key(deltas, "pid").items():
+            if ts < cut:
+                results[(sign, values)] += count
+        out[p] = (results, cut)
+    return out
+
+
+def test_the_keyed_oracle_agrees_with_the_nested_loop_oracle() -> None:
+    rng = np.random.default_rng(4)
+    streams = []
+    for _ in range(3):
+        rows = [
+            {"pid": int(rng.integers(0, 4)), "x": int(rng.integers(0, 3)), "event_ms": int(t)}
+            for t in np.sort(rng.integers(0, 100, 40))
+        ]
+        streams.append(naive_window_deltas(rows, "range", 15, ts_field="event_ms")[0])
+    nested = naive_join(streams, [((0, "pid"), (1, "pid")), ((1, "pid"), (2, "pid"))])
+    assert natural_join_by_key(streams, "pid") == nested and sum(nested.values()) > 50
+
+
+def results_by_partition(bootstrap: str, result: str, schema: dict) -> dict[int, Counter]:
+    """The result topic as (sign, values) per partition, values in the oracle's format."""
+    schema_fields = FIELDS
+    out: dict[int, Counter] = {p: Counter() for p in range(PARTITIONS)}
+    store = SchemaStore(load=False)
+    store.add(schema)
+    for record in read_topic(bootstrap, result):
+        row = decode_single_object(record.value, schema, store)
+        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
+        values = tuple(tuple(sorted((f, row[f"{s}_{f}"]) for f in schema_fields)) for s in STREAMS)
+        out[record.partition][(sign, values)] += 1
+    return out
+
+
+def result_schema(query_text: str) -> dict:
+    """The result schema of the query the worker runs (the same text, built here)."""
+    scope: dict = {}
+    exec(query_text, scope)  # noqa: S102 (the test's own query text)
+    return scope["query"].build().output_schema
+
+
+def start(tmp_path: Path, name: str, bootstrap: str, query_file: Path, n: int) -> WorkerProcess:
+    return WorkerProcess(
+        query_file, bootstrap=bootstrap, state_dir=tmp_path / "state", worker_id=f"{name}-{n}"
+    )
+
+
+def publish_half(bootstrap: str, prefix: str, half: int) -> None:
+    schema = load_schema("packet")
+    for i, s in enumerate(STREAMS):
+        publish_batch(bootstrap, f"{prefix}.{s}", packets(i, half), schema)
+
+
+def wait_quiet(
+    bootstrap: str, topic: str, workers: list[WorkerProcess], settle: float = 6.0
+) -> int:
+    """Wait until the result topic stops growing for ``settle`` seconds (max 120 s)."""
+    deadline = time.monotonic() + 120
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        seen = wait_for_count(bootstrap, topic, 10**12, 1.0, workers)
+        if seen != last:
+            last, since = seen, time.monotonic()
+        elif seen > 0 and time.monotonic() - since > settle:
+            return seen
+    return last
+
+
+def expected_total(bootstrap: str, prefix: str) -> int:
+    return sum(sum(c.values()) for c, _ in oracle(stored_inputs(bootstrap, prefix)).values())
+
+
+def run_with_restart(
+    bootstrap: str, tmp_path: Path, topic_name: str, stop: str
+) -> tuple[dict[int, Counter], dict[int, tuple[Counter, int]], str]:
+    prefix, result = topic_name, f"{topic_name}.out"
+    ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{s}", PARTITIONS) for s in STREAMS])
+    query_file = tmp_path / "query.py"
+    columns = ", ".join(f'{s}_{f}="{s}.{f}"' for s in STREAMS for f in FIELDS)
+    text = QUERY.format(
+        name=topic_name, prefix=prefix, p=PARTITIONS, range_ms=RANGE_MS, columns=columns,
+        result=result,
+    )  # fmt: skip
+    query_file.write_text(text)
+    first = start(tmp_path, "w", bootstrap, query_file, 1)
+    publish_half(bootstrap, prefix, 0)
+    try:
+        want = expected_total(bootstrap, prefix)
+        if stop == "kill":  # crash while results are still coming
+            want = want // 3
+        seen = wait_for_count(bootstrap, result, want, 120.0, [first])
+        assert seen >= want, f"{seen} of {want} results before the restart\n{first.log_tail(60)}"
+    finally:
+        code = first.stop() if stop == "term" else first.kill()
+    log = first.log_tail(80)
+    publish_half(bootstrap, prefix, 1)
+    second = start(tmp_path, "w", bootstrap, query_file, 2)
+    try:
+        want = expected_total(bootstrap, prefix)
+        seen = wait_for_count(bootstrap, result, want, 120.0, [second])
+        log += "\n" + second.log_tail(80)
+        assert seen >= want, f"{seen} of {want} results after the restart\n{log[-6000:]}"
+        wait_quiet(bootstrap, result, [second], settle=3.0)  # repeats, if any, come too
+    finally:
+        second.stop()
+    assert stop == "kill" or code == 0, log
+    got = results_by_partition(bootstrap, result, result_schema(text))
+    return got, oracle(stored_inputs(bootstrap, prefix)), log
+
+
+def test_join_is_exact_across_a_graceful_restart(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    got, want, log = run_with_restart(bootstrap, tmp_path, topic_name, "term")
+    for p in range(PARTITIONS):
+        expected, cut = want[p]
+        assert sum(expected.values()) > 1000
+        missing, extra = expected - got[p], got[p] - expected
+        assert not missing and not extra, (
+            f"partition {p} (cut {cut}): {sum(missing.values())} missing, "
+            f"{sum(extra.values())} extra of {sum(expected.values())}\n{log[-4000:]}"
+        )
+
+
+def test_join_loses_nothing_when_a_worker_is_killed(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    got, want, log = run_with_restart(bootstrap, tmp_path, topic_name, "kill")
+    duplicates = 0
+    for p in range(PARTITIONS):
+        expected, _ = want[p]
+        missing = expected - got[p]
+        assert not missing, f"partition {p}: {sum(missing.values())} results missing\n{log[-4000:]}"
+        extra = got[p] - expected
+        # anything extra must be a repeat of a correct result, not a wrong one
+        assert all(key in expected for key in extra), list(extra.items())[:3]
+        duplicates += sum(extra.values())
+    total = sum(sum(e.values()) for e, _ in want.values())
+    print(f"SIGKILL restart: {duplicates} duplicate results of {total} ({duplicates / total:.2%})")
