@@ -73,6 +73,10 @@ def _bench(args: argparse.Namespace) -> int:
         from processors.bench.filters import run_filters_bench
 
         results = run_filters_bench(tuples=args.tuples, kafka=not args.no_kafka)
+    elif args.what == "mjoin":
+        from processors.bench.mjoin import run_mjoin_bench
+
+        results = run_mjoin_bench(kafka=not args.no_kafka)
     elif args.what == "codec":
         from processors.bench.codec import measure_codec
 
@@ -130,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks")
-    bench.add_argument("what", choices=["ingest", "codec", "envelope", "filters"])
+    bench.add_argument("what", choices=["ingest", "codec", "envelope", "filters", "mjoin"])
     bench.add_argument("--records", type=int, default=500_000)
     bench.add_argument("--tuples", type=int, default=4_000_000, help="filters: stage tuples")
     bench.add_argument(

@@ -458,10 +458,10 @@ class Query:
         config = self._ordering
         if config is None:
             return
-        if not filters:
+        if not filters and len(self._streams) < 2:
             raise QueryError(
-                f"adapt(): query {self.name!r} has no filters to order; add where(...) or drop "
-                "adapt()"
+                f"adapt(): query {self.name!r} has no filters or joins to order; add where(...) "
+                "or drop adapt()"
             )
         if config.costs is not None:
             for stream in dict.fromkeys(f.stream for f in filters):

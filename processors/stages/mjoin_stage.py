@@ -41,6 +41,7 @@ from processors.stages.join_store import WindowStore, join_keys
 log = logging.getLogger(__name__)
 
 RECENT_CHANGES = 20
+EPOCH_SLICE = 16_384  # deltas per pipeline pass
 
 
 def _wall_ms() -> int:
@@ -182,9 +183,12 @@ class MJoinStage:
             if part is not None and live[i] is not None and len(live[i]):  # type: ignore[arg-type]
                 rows = live[i]
                 assert rows is not None
-                out = self._pipeline(i, part.take(rows), gens[i][rows])
-                if out is not None:
-                    results.append(out)
+                # slices of deltas, so that one call's intermediate results stay bounded
+                for lo in range(0, len(rows), EPOCH_SLICE):
+                    chunk = rows[lo : lo + EPOCH_SLICE]
+                    out = self._pipeline(i, part.take(chunk), gens[i][chunk])
+                    if out is not None:
+                        results.append(out)
         for store in self.stores:
             store.remove_dying()
         if not results:

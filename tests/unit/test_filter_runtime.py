@@ -25,7 +25,6 @@ from processors.runtime.worker import (
     FILTER_STAGE,
     _stage_factory,
     plan_pipeline,
-    unsupported,
 )
 from processors.workloads.examples import reading_columns, readings_passthrough
 from topics.avro import SchemaStore, decode_single_object, load_schema
@@ -62,25 +61,25 @@ def reading_query() -> Query:
     return q.where(col("r.temperature") > 1.0).into("q-out")
 
 
-@pytest.mark.parametrize(
-    ("change", "named"),
-    [
-        (lambda q: q.window("r", rows=10), "windows (r [ROWS 10])"),
-        (
-            lambda q: q.stream("s", topic="s-in", schema=load_schema("reading")).join(
-                "r.sensor_id", "s.sensor_id"
-            ),
-            "joins (r.sensor_id = s.sensor_id)",
-        ),
-        (lambda q: q.select("r.sensor_id"), "select()"),
-    ],
-)
-def test_what_cannot_run_yet_is_refused_by_name(change: Callable, named: str) -> None:
-    plan = change(reading_query()).build()
-    assert any(named in reason for reason in unsupported(plan))
-    with pytest.raises(NotImplementedError) as exc:
-        plan_pipeline(plan)
-    assert named in str(exc.value) and "cannot run yet" in str(exc.value)
+def test_windows_joins_and_projections_run_as_stateful_agents() -> None:
+    windowed = reading_query().window("r", rows=10).build()
+    steps = plan_pipeline(windowed).stateful
+    assert [(s.name, s.kind, s.finish) for s in steps] == [("stream.r", "stream", True)]
+    joined = (
+        reading_query()
+        .stream("s", topic="s-in", schema=load_schema("reading"), key="sensor_id")
+        .join("r.sensor_id", "s.sensor_id")
+        .build()
+    )
+    pipeline = plan_pipeline(joined)
+    assert [s.kind for s in pipeline.stateful] == ["stream", "stream", "mjoin"]
+    assert pipeline.stateful[-1].in_topics == {
+        "streamon.q.delta.r": "r",
+        "streamon.q.delta.s": "s",
+    }
+    assert any(spec.compacted for spec in pipeline.specs)  # the state topic
+    projected = reading_query().select("r.sensor_id").build()
+    assert [s.kind for s in plan_pipeline(projected).stateful] == ["stream"]
 
 
 def test_the_factory_makes_one_filter_stage_per_partition_with_the_query_settings() -> None:

@@ -115,7 +115,7 @@ def test_adapt_twice_is_an_error() -> None:
 
 def test_adapt_without_filters_fails_at_build() -> None:
     q = readings_passthrough().adapt(profile_probability=0.5)
-    with pytest.raises(QueryError, match="has no filters to order"):
+    with pytest.raises(QueryError, match="has no filters or joins to order"):
         q.build()
 
 
