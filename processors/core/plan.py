@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import fastavro
 
 from processors.core.ordering.config import OrderingConfig
+from processors.core.scheduling.config import SchedulingConfig
 
 if TYPE_CHECKING:
     from processors.core.query import Predicate
@@ -157,6 +158,24 @@ class AggregateSpec:
         return f"{self.func}({self.source or '*'}) AS {self.name}"
 
 
+@dataclass(frozen=True)
+class SyntheticOperator:
+    """A stage with a set CPU cost per tuple and selectivity (``Query.operator``): a point of a
+    progress chart (Babcock et al., Sect. 3) made real, for scheduling experiments and load
+    tests. Which tuples it keeps depends only on the integer field ``key``."""
+
+    name: str
+    cost_us: float
+    selectivity: float
+    key: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name}(cost {self.cost_us:g} us, selectivity {self.selectivity:g}, "
+            f"by {self.key})"
+        )
+
+
 def aggregate_avro(func: str, info: FieldInfo | None) -> Any:
     """The Avro type of an aggregate's result."""
     if func == "count":
@@ -191,6 +210,9 @@ class LogicalPlan:
     group_by: tuple[ColumnRef, ...] = ()
     aggregates: tuple[AggregateSpec, ...] = ()
     lateness_ms: int = 0  # bounded lateness of the window stages (out-of-order event time)
+    operators: tuple[SyntheticOperator, ...] = ()  # synthetic stages after the filters
+    # how the worker's arbiter shares the processor among the agents (Query.schedule)
+    scheduling: SchedulingConfig | None = None
 
     def stream(self, name: str) -> StreamSpec:
         return next(s for s in self.streams if s.name == name)
@@ -209,6 +231,11 @@ class LogicalPlan:
         return self.ordering if self.ordering is not None else OrderingConfig()
 
     @property
+    def scheduling_config(self) -> SchedulingConfig:
+        """The scheduling settings in effect: ``scheduling`` or the defaults (Chain)."""
+        return self.scheduling if self.scheduling is not None else SchedulingConfig()
+
+    @property
     def is_passthrough(self) -> bool:
         """One stream copied as is: no window, filter, join or projection."""
         return (
@@ -218,6 +245,7 @@ class LogicalPlan:
             and not self.joins
             and not self.projected
             and not self.aggregates
+            and not self.operators
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -255,6 +283,8 @@ class LogicalPlan:
             "group_by": [str(c) for c in self.group_by],
             "aggregates": [str(a) for a in self.aggregates],
             "lateness_ms": self.lateness_ms,
+            "operators": [str(o) for o in self.operators],
+            "scheduling": self.scheduling_config.to_json(),
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],
             "output": {
                 "topic": self.result_topic,

@@ -40,6 +40,7 @@ from processors.core.plan import (
     OutputColumn,
     QueryError,
     StreamSpec,
+    SyntheticOperator,
     Window,
     aggregate_avro,
     check_constants,
@@ -47,6 +48,7 @@ from processors.core.plan import (
     output_schema,
     parse_fields,
 )
+from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
 
 __all__ = ["Col", "LogicalPlan", "Predicate", "Query", "QueryError", "col"]
 
@@ -170,6 +172,8 @@ class Query:
         self._group_by: tuple[ColumnRef, ...] | None = None
         self._aggregates: list[tuple[str, str, ColumnRef | None]] = []
         self._lateness_ms = 0
+        self._operators: list[SyntheticOperator] = []
+        self._scheduling: SchedulingConfig | None = None
 
     def stream(
         self,
@@ -334,6 +338,42 @@ class Query:
             raise QueryError(f"adapt(): {exc}") from exc
         return self
 
+    def operator(
+        self, name: str, *, cost_us: float, selectivity: float, key: str
+    ) -> Query:
+        """A synthetic operator stage after the filters: ``cost_us`` of CPU per tuple, and each
+        tuple kept on average ``selectivity`` times (above 1, some tuples are repeated) by a hash
+        of its integer field ``key`` ("stream.field"). Several operators run in the order given,
+        each as its own agent; for scheduling experiments and load tests."""
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise QueryError(f"operator(): name {name!r} must be an identifier")
+        if any(o.name == name for o in self._operators):
+            raise QueryError(f"operator(): {name!r} is declared twice")
+        for what, value in (("cost_us", cost_us), ("selectivity", selectivity)):
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not (
+                0 <= float(value) < float("inf")
+            ):
+                raise QueryError(f"operator {name}: {what} must be a number >= 0, got {value!r}")
+        ref = parse_ref(key, f"operator {name}: key")
+        self._operators.append(
+            SyntheticOperator(name, float(cost_us), float(selectivity), f"{ref.stream}.{ref.field}")
+        )
+        return self
+
+    def schedule(self, policy: str = "chain", **settings: Any) -> Query:
+        """How the worker shares its processor among the query's agents (Babcock et al.):
+        ``chain`` (default), ``chain-flush`` (with ``latency_ms``), ``mixed`` (with ``gamma``),
+        ``fifo``, ``round-robin``, ``greedy``, or ``off``; ``grant_tuples`` bounds the tuples an
+        agent processes per turn. The policy can be changed at run time (``streamon control``).
+        """
+        if self._scheduling is not None:
+            raise QueryError("schedule() is given twice")
+        try:
+            self._scheduling = SchedulingConfig.from_mapping({"policy": policy, **settings})
+        except (SchedulingConfigError, TypeError) as exc:
+            raise QueryError(f"schedule(): {exc}") from exc
+        return self
+
     def build(self) -> LogicalPlan:
         """The validated plan; the first problem found raises QueryError."""
         if not self._streams:
@@ -357,6 +397,7 @@ class Query:
         if aggregates:
             schema = self._aggregate_schema(group_by, aggregates)
         self._check_ordering(filters)
+        operators = self._checked_operators(windows, joins, aggregates)
         return LogicalPlan(
             name=self.name,
             streams=streams,
@@ -373,7 +414,32 @@ class Query:
             group_by=group_by,
             aggregates=aggregates,
             lateness_ms=self._lateness_ms,
+            operators=operators,
+            scheduling=self._scheduling,
         )
+
+    def _checked_operators(
+        self, windows: Mapping[str, Window], joins: Any, aggregates: Any
+    ) -> tuple[SyntheticOperator, ...]:
+        """Synthetic operators run on a single stream between its filters and the sink."""
+        if not self._operators:
+            return ()
+        if len(self._streams) > 1 or windows or joins or aggregates or self._select is not None:
+            raise QueryError(
+                "operator(): synthetic operators need a single-stream query without windows, "
+                "joins, select() or aggregates"
+            )
+        checked = []
+        for op in self._operators:
+            ref = parse_ref(op.key, f"operator {op.name}: key")
+            info = self._field(ref, f"operator {op.name}: key")
+            if info.type not in INTEGER:
+                raise QueryError(
+                    f"operator {op.name}: key {op.key} must be an int or long field, "
+                    f"not {info.type}"
+                )
+            checked.append(SyntheticOperator(op.name, op.cost_us, op.selectivity, ref.field))
+        return tuple(checked)
 
     def _checked_aggregates(self) -> tuple[tuple[ColumnRef, ...], tuple[AggregateSpec, ...]]:
         group_by = self._group_by or ()

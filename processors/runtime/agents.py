@@ -23,13 +23,15 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
 from faust.types import TP
 
 from processors.core.batch import Batch, VarColumn
+from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES
+from processors.runtime.arbiter import Arbiter
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp, RecordBlock
 from processors.runtime.producer import RecordProducer
@@ -59,14 +61,26 @@ class AgentContext:
     board: StatsBoard
     dead_letters: DeadLetters
     producer: RecordProducer
+    #: who processes next (disabled: Faust's own order)
+    arbiter: Arbiter = field(default_factory=lambda: Arbiter(enabled=False))
+    #: tuples (or records) an agent processes per turn
+    grant_tuples: int = DEFAULT_GRANT_TUPLES
 
-    def send_envelopes(self, agent: str, topic: str, batch: Batch, partition: int) -> None:
-        """Queue ``batch`` as envelopes on ``topic``; delivery is checked before commits."""
+    def send_envelopes(
+        self, agent: str, topic: str, batch: Batch, partition: int, arrival_ms: int | None = None
+    ) -> int:
+        """Queue ``batch`` as envelopes on ``topic`` (timestamped with the arrival of its oldest
+        input tuple); delivery is checked before commits. Returns the bytes queued."""
+        written = 0
         try:
             for payload in encode_envelopes(batch):
-                self.producer.produce(topic, payload, partition=partition)
+                self.producer.produce(
+                    topic, payload, partition=partition, timestamp_ms=arrival_ms
+                )
+                written += len(payload)
         except Exception as exc:
             fatal(agent, exc)
+        return written
 
     async def flush(self) -> None:
         """The commit hook: every output acknowledged, or the process ends without commit."""
@@ -74,6 +88,14 @@ class AgentContext:
             await self.producer.flush()
         except Exception as exc:
             fatal("output producer", exc)
+
+
+def arrival_s(arrival_ms: int | float | None) -> float:
+    """An arrival time in seconds for the arbiter: never in the future, now when unknown."""
+    now = time.time()
+    if arrival_ms is None or arrival_ms <= 0:
+        return now
+    return min(arrival_ms / 1000.0, now)
 
 
 def _key_column(keys: list[bytes]) -> VarColumn:
@@ -153,34 +175,44 @@ def add_ingest_agent(
     source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, "ingest")
     stats.topic = source_topic
+    stats.out_topic = out_topic
+
+    def ingest_unit(block: RecordBlock, arrival_ms: int | None) -> None:
+        started = time.perf_counter_ns()
+        dead_before = ctx.dead_letters.count
+        packed = block.packed_values()
+        try:
+            batches = _block_to_batches(ctx, name, block, packed, codec, timestamp_field)
+        except Exception as exc:  # a bug or input nobody foresaw: keep every record
+            log.exception("ingest %s failed on a block of %d records", name, len(block))
+            for i in range(len(block)):
+                ctx.dead_letters.send(
+                    source_topic=block.topic, partition=block.partition,
+                    offset=block.offsets[i], key=block.keys[i], value=block.values[i],
+                    reason=f"ingest failed: {exc!r}", stage=name,
+                )  # fmt: skip
+            batches = []
+        target = block.partition if out_partition is None else out_partition
+        written = 0
+        for batch in batches:
+            if len(batch):
+                written += ctx.send_envelopes(name, out_topic, batch, target, arrival_ms)
+        stats.dead_letters += ctx.dead_letters.count - dead_before
+        n_out = sum(len(batch) for batch in batches)
+        nbytes = int(packed[1][-1])
+        elapsed = time.perf_counter_ns() - started
+        stats.record(len(block), n_out, elapsed, len(block), nbytes, written)
+        stats.positions[block.partition] = block.offsets[-1] + 1
 
     async def ingest(blocks: Any) -> None:
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            started = time.perf_counter_ns()
-            dead_before = ctx.dead_letters.count
-            packed = block.packed_values()
-            try:
-                batches = _block_to_batches(ctx, name, block, packed, codec, timestamp_field)
-            except Exception as exc:  # a bug or input nobody foresaw: keep every record
-                log.exception("ingest %s failed on a block of %d records", name, len(block))
-                for i in range(len(block)):
-                    ctx.dead_letters.send(
-                        source_topic=block.topic, partition=block.partition,
-                        offset=block.offsets[i], key=block.keys[i], value=block.values[i],
-                        reason=f"ingest failed: {exc!r}", stage=name,
-                    )  # fmt: skip
-                batches = []
-            target = block.partition if out_partition is None else out_partition
-            for batch in batches:
-                if len(batch):
-                    ctx.send_envelopes(name, out_topic, batch, target)
-            stats.dead_letters += ctx.dead_letters.count - dead_before
-            n_out = sum(len(batch) for batch in batches)
-            nbytes = int(packed[1][-1])
-            stats.record(len(block), n_out, time.perf_counter_ns() - started, len(block), nbytes)
-            stats.positions[block.partition] = block.offsets[-1] + 1
+            hold = TP(block.topic, block.partition)
+            for unit in block.split(ctx.grant_tuples):
+                arrival = unit.arrival_ms()
+                async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit), hold):
+                    ingest_unit(unit, arrival)
 
     ctx.app.agent(source, name=name)(ingest)
     return stats
@@ -188,6 +220,9 @@ def add_ingest_agent(
 
 #: Tuples a bulk stage agent concatenates into one batch before ``Stage.process``.
 MAX_BATCH_TUPLES = 16_384
+
+#: what ``emit`` returns: tuples and bytes written
+Written = tuple[int, int]
 
 
 def add_stage_agent(
@@ -204,9 +239,9 @@ def add_stage_agent(
 
     With ``bulk``, ``in_topic`` must be one of the app's bulk topics: every fetched run of
     envelopes is one event, and consecutive envelopes of the same layout are concatenated (up
-    to ``max_batch_tuples``) into one ``process`` call. If that call fails, the run's envelopes
-    are processed one by one, so that only the failing ones become dead letters; use it for
-    stages whose failed ``process`` leaves no half-applied state (filters).
+    to ``max_batch_tuples``, and to the arbiter's grant) into one ``process`` call. If that call
+    fails, the run's envelopes are processed one by one, so that only the failing ones become
+    dead letters; use it for stages whose failed ``process`` leaves no half-applied state.
 
     Plan changes a stage reports in its ``stats()`` (``changes_total`` and the latest
     ``recent_changes``) become the ``events`` of the agent's Stats records.
@@ -220,10 +255,11 @@ def add_stage_agent(
             stage = stages[partition] = make_stage(partition)
         return stage.process(batch)
 
-    def emit(outputs: list[Batch], partition: int) -> int:
-        for output in outputs:
-            ctx.send_envelopes(name, out_topic, output, partition)
-        return sum(len(o) for o in outputs)
+    def emit(outputs: list[Batch], partition: int, arrival_ms: int | None) -> Written:
+        written = sum(
+            ctx.send_envelopes(name, out_topic, output, partition, arrival_ms) for output in outputs
+        )
+        return sum(len(o) for o in outputs), written
 
     def plan() -> dict[str, Any]:
         return {str(p): s.stats() for p, s in sorted(stages.items())}
@@ -246,9 +282,11 @@ def add_stage_agent(
         return new_events
 
     if bulk:
-        stats = _bulk_stage_agent(ctx, name, in_topic, process, emit, plan, max_batch_tuples)
+        batch_tuples = min(max_batch_tuples, ctx.grant_tuples)
+        stats = _bulk_stage_agent(ctx, name, in_topic, process, emit, plan, batch_tuples)
     else:
         stats = _envelope_agent(ctx, name, in_topic, process, emit, plan)
+    stats.out_topic = out_topic
     stats.new_events = events
     return stats
 
@@ -262,13 +300,19 @@ def add_sink_agent(
     result_topic: str,
     result_partitions: int,
 ) -> AgentStats:
-    """Envelopes -> one Avro record per message on the result topic; deletes get a sign header."""
+    """Envelopes -> one Avro record per message on the result topic; deletes get a sign header.
+
+    Result records carry the time they are produced; the sink also records each batch's output
+    latency (now minus the arrival of its oldest input tuple) in its statistics."""
     Encoded = tuple[Batch, np.ndarray, np.ndarray]
 
     def encode(batch: Batch, partition: int) -> list[Encoded]:
         return [(batch, *codec.encode_many(batch.columns, len(batch)))]
 
-    def emit(encoded: list[Encoded], partition: int) -> int:
+    stats: AgentStats
+
+    def emit(encoded: list[Encoded], partition: int, arrival_ms: int | None) -> Written:
+        written = 0
         for batch, buf, offsets in encoded:
             try:
                 ctx.producer.produce_many(
@@ -281,9 +325,14 @@ def add_sink_agent(
                 )
             except Exception as exc:
                 fatal(name, exc)
-        return sum(len(batch) for batch, _, _ in encoded)
+            written += int(offsets[-1])
+        if encoded:
+            stats.record_latency(max(time.time() - arrival_s(arrival_ms), 0.0))
+        return sum(len(batch) for batch, _, _ in encoded), written
 
-    return _envelope_agent(ctx, name, in_topic, encode, emit, dict)
+    stats = _envelope_agent(ctx, name, in_topic, encode, emit, dict)
+    stats.out_topic = result_topic
+    return stats
 
 
 def _envelope_agent(
@@ -291,10 +340,10 @@ def _envelope_agent(
     name: str,
     in_topic: str,
     work: Callable[[Batch, int], list[Any]],
-    emit: Callable[[list[Any], int], int],
+    emit: Callable[[list[Any], int, int | None], Written],
     plan: Callable[[], dict[str, Any]],
 ) -> AgentStats:
-    """A stock agent over an envelope topic: decode, ``work``, ``emit`` (returns tuples out)."""
+    """A stock agent over an envelope topic: decode, ``work``, ``emit``; one turn per envelope."""
     source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, name, plan=plan)
     stats.topic = in_topic
@@ -302,12 +351,16 @@ def _envelope_agent(
     async def run(events: Any) -> None:
         async for event in events.events():
             message = event.message
-            started = time.perf_counter_ns()
-            batch, outputs = _guarded(ctx, stats, name, message, work)
-            n_out = emit(outputs, message.partition)
-            n_in = 0 if batch is None else len(batch)
-            stats.record(n_in, n_out, time.perf_counter_ns() - started, 1, len(message.value))
-            stats.positions[message.partition] = message.offset + 1
+            arrival = None if message.timestamp is None else int(message.timestamp * 1000)
+            estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
+            async with ctx.arbiter.turn(name, arrival_s(arrival), estimate, message.tp):
+                started = time.perf_counter_ns()
+                batch, outputs = _guarded(ctx, stats, name, message, work)
+                n_out, written = emit(outputs, message.partition, arrival)
+                n_in = 0 if batch is None else len(batch)
+                elapsed = time.perf_counter_ns() - started
+                stats.record(n_in, n_out, elapsed, 1, len(message.value), written)
+                stats.positions[message.partition] = message.offset + 1
 
     ctx.app.agent(source, name=name)(run)
     return stats
@@ -358,11 +411,12 @@ def _bulk_stage_agent(
     name: str,
     in_topic: str,
     work: Callable[[Batch, int], list[Batch]],
-    emit: Callable[[list[Batch], int], int],
+    emit: Callable[[list[Batch], int, int | None], Written],
     plan: Callable[[], dict[str, Any]],
     max_batch_tuples: int,
 ) -> AgentStats:
-    """A stage agent over a bulk envelope topic: one event per fetched run of envelopes."""
+    """A stage agent over a bulk envelope topic: one event per fetched run of envelopes, one
+    turn per group of envelopes processed together."""
     source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, name, plan=plan)
     stats.topic = in_topic
@@ -371,8 +425,8 @@ def _bulk_stage_agent(
         _block_dead_letter(ctx, name, block, index, reason)
         stats.dead_letters += 1
 
-    def one_by_one(block: RecordBlock, run: list[tuple[int, Batch]]) -> int:
-        n_out = 0
+    def one_by_one(block: RecordBlock, run: list[tuple[int, Batch]]) -> Written:
+        n_out = written = 0
         for index, batch in run:
             try:
                 outputs = work(batch, block.partition)
@@ -383,41 +437,54 @@ def _bulk_stage_agent(
                 )  # fmt: skip
                 dead_letter(block, index, f"stage {name} failed: {exc}")
                 continue
-            n_out += emit(outputs, block.partition)
-        return n_out
+            tuples, nbytes = emit(outputs, block.partition, block.arrival_ms(index, index + 1))
+            n_out += tuples
+            written += nbytes
+        return n_out, written
+
+    def process_group(block: RecordBlock, group: list[tuple[int, Batch]]) -> Written:
+        if len(group) == 1:
+            return one_by_one(block, group)
+        first, last = group[0][0], group[-1][0]
+        try:
+            outputs = work(Batch.concat(b for _, b in group), block.partition)
+        except Exception as exc:
+            log.warning(
+                "stage %s failed on %d envelopes of %s[%d] (%r); one by one now",
+                name, len(group), block.topic, block.partition, exc,
+            )  # fmt: skip
+            return one_by_one(block, group)
+        return emit(outputs, block.partition, block.arrival_ms(first, last + 1))
 
     async def run(blocks: Any) -> None:
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            started = time.perf_counter_ns()
-            partition = block.partition
+            hold = TP(block.topic, block.partition)
+            decode_started = time.perf_counter_ns()
             decoded: list[tuple[int, Batch]] = []
-            nbytes = 0
             for index, value in enumerate(block.values):
-                nbytes += len(value or b"")
                 try:
                     decoded.append((index, decode_batch(value or b"")))
                 except Exception as exc:
                     dead_letter(block, index, f"bad batch envelope: {exc}")
-            n_in = n_out = 0
+            # decoding happens before the turns (grouping needs the batches); charge it to the
+            # first group, so that the agent's busy time stays whole
+            decode_ns = time.perf_counter_ns() - decode_started
             for group in _runs(decoded, max_batch_tuples):
-                n_in += sum(len(b) for _, b in group)
-                if len(group) == 1:
-                    n_out += one_by_one(block, group)
-                    continue
-                try:
-                    outputs = work(Batch.concat(b for _, b in group), partition)
-                except Exception as exc:
-                    log.warning(
-                        "stage %s failed on %d envelopes of %s[%d] (%r); one by one now",
-                        name, len(group), block.topic, partition, exc,
-                    )  # fmt: skip
-                    n_out += one_by_one(block, group)
-                    continue
-                n_out += emit(outputs, partition)
-            stats.record(n_in, n_out, time.perf_counter_ns() - started, len(block), nbytes)
-            stats.positions[partition] = block.offsets[-1] + 1
+                first, last = group[0][0], group[-1][0]
+                n_in = sum(len(b) for _, b in group)
+                arrival = block.arrival_ms(first, last + 1)
+                async with ctx.arbiter.turn(name, arrival_s(arrival), n_in, hold):
+                    started = time.perf_counter_ns()
+                    n_out, written = process_group(block, group)
+                    nbytes = sum(len(block.values[i] or b"") for i, _ in group)
+                    elapsed = time.perf_counter_ns() - started + decode_ns
+                    decode_ns = 0
+                    stats.record(n_in, n_out, elapsed, len(group), nbytes, written)
+                    stats.positions[block.partition] = block.offsets[last] + 1
+            if block.offsets:
+                stats.positions[block.partition] = block.offsets[-1] + 1
 
     ctx.app.agent(source, name=name)(run)
     return stats

@@ -66,6 +66,28 @@ class RecordBlock:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def split(self, max_records: int) -> list[RecordBlock]:
+        """Consecutive runs of at most ``max_records`` records (the block itself if it fits)."""
+        n = len(self.offsets)
+        if n <= max_records:
+            return [self]
+        return [
+            RecordBlock(
+                self.topic,
+                self.partition,
+                self.offsets[i : i + max_records],
+                self.timestamps[i : i + max_records],
+                self.keys[i : i + max_records],
+                self.values[i : i + max_records],
+            )
+            for i in range(0, n, max_records)
+        ]
+
+    def arrival_ms(self, start: int = 0, stop: int | None = None) -> int | None:
+        """The earliest Kafka timestamp of records ``start:stop`` (None if none is known)."""
+        known = [t for t in self.timestamps[start:stop] if t is not None and t > 0]
+        return min(known) if known else None
+
     def packed_values(self) -> tuple[np.ndarray, np.ndarray]:
         """All values concatenated (None as empty) and their int64 offsets, for bulk decoding."""
         values = [v or b"" for v in self.values]

@@ -67,10 +67,16 @@ class RecordProducer:
         value: bytes,
         key: bytes | None = None,
         partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
+        """One message; ``timestamp_ms`` (default: now) is its Kafka timestamp. Envelopes carry
+        the arrival time of the oldest tuple they hold, so that the next agent knows how long
+        its input has waited (scheduling by latency, output latency at the sink)."""
         kwargs: dict[str, object] = {"key": key}
         if partition is not None:
             kwargs["partition"] = partition
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
         self._produce(topic, value, kwargs)
 
     def _produce(self, topic: str, value: bytes, kwargs: dict[str, object]) -> None:

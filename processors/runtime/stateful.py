@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from faust.types import TP
+
 from processors.core.batch import Batch
-from processors.runtime.agents import AgentContext, _block_dead_letter, fatal
+from processors.runtime.agents import AgentContext, _block_dead_letter, arrival_s, fatal
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stats import AgentStats
@@ -66,6 +68,7 @@ def add_stateful_agent(
 
     stats = ctx.board.agent(name, name, plan=plan)
     stats.topic = next(iter(in_topics))
+    stats.out_topic = out_topic
     changes_seen: dict[int, int] = {}
 
     def partition_of(p: int) -> _Partition:
@@ -81,12 +84,13 @@ def add_stateful_agent(
             parts[p] = part
         return part
 
-    def emit(outputs: list[Batch], partition: int) -> int:
+    def emit(outputs: list[Batch], partition: int, arrival_ms: int | None) -> tuple[int, int]:
         target = partition if out_partitions > 1 else 0
+        written = 0
         for output in outputs:
             if len(output):
-                ctx.send_envelopes(name, out_topic, output, target)
-        return sum(len(o) for o in outputs)
+                written += ctx.send_envelopes(name, out_topic, output, target, arrival_ms)
+        return sum(len(o) for o in outputs), written
 
     def stage_dead_letters(part: _Partition, block: RecordBlock) -> None:
         for batch, reason in part.chain.take_dead_letters():
@@ -97,42 +101,64 @@ def add_stateful_agent(
                 )  # fmt: skip
                 stats.dead_letters += 1
 
+    def push_some(part: _Partition, block: RecordBlock, start: int, start_at: int) -> int:
+        """Push envelopes from ``start`` on until a grant's worth of tuples; returns where it
+        stopped. Counts what it did in the agent's statistics."""
+        started = time.perf_counter_ns()
+        stream = in_topics[block.topic]
+        n_in = n_out = nbytes = written = 0
+        index = start
+        while index < len(block) and n_in < ctx.grant_tuples:
+            value = block.values[index]
+            offset = block.offsets[index]
+            index += 1
+            if offset < start_at:
+                continue  # already in the restored state
+            nbytes += len(value or b"")
+            try:
+                batch = decode_batch(value or b"")
+            except Exception as exc:
+                _block_dead_letter(ctx, name, block, index - 1, f"bad batch envelope: {exc}")
+                stats.dead_letters += 1
+                continue
+            try:
+                outputs = part.chain.push(stream, batch)
+            except ValueError as exc:  # refused as data, state untouched
+                log.warning("%s: %s[%d]@%d refused: %s", name, block.topic,
+                            block.partition, offset, exc)  # fmt: skip
+                _block_dead_letter(ctx, name, block, index - 1, f"stage {name}: {exc}")
+                stats.dead_letters += 1
+                continue
+            except Exception as exc:  # a bug: the state may be half changed
+                fatal(name, exc)
+            n_in += len(batch)
+            out_tuples, out_bytes = emit(outputs, block.partition, block.arrival_ms(start, index))
+            n_out += out_tuples
+            written += out_bytes
+        part.positions[block.topic] = block.offsets[index - 1] + 1
+        part.dirty = True
+        elapsed = time.perf_counter_ns() - started
+        stats.record(n_in, n_out, elapsed, index - start, nbytes, written)
+        stats.positions[block.partition] = block.offsets[index - 1] + 1
+        return index
+
     async def run(blocks: Any) -> None:
         async for block in blocks:
             if not isinstance(block, RecordBlock):
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            started = time.perf_counter_ns()
             part = partition_of(block.partition)
-            stream = in_topics[block.topic]
             start_at = part.restored_from.get(block.topic, 0)
-            n_in = n_out = nbytes = 0
-            for index, value in enumerate(block.values):
-                if block.offsets[index] < start_at:
-                    continue  # already in the restored state
-                nbytes += len(value or b"")
-                try:
-                    batch = decode_batch(value or b"")
-                except Exception as exc:
-                    _block_dead_letter(ctx, name, block, index, f"bad batch envelope: {exc}")
-                    stats.dead_letters += 1
-                    continue
-                try:
-                    outputs = part.chain.push(stream, batch)
-                except ValueError as exc:  # refused as data, state untouched
-                    log.warning("%s: %s[%d]@%d refused: %s", name, block.topic,
-                                block.partition, block.offsets[index], exc)  # fmt: skip
-                    _block_dead_letter(ctx, name, block, index, f"stage {name}: {exc}")
-                    stats.dead_letters += 1
-                    continue
-                except Exception as exc:  # a bug: the state may be half changed
-                    fatal(name, exc)
-                n_in += len(batch)
-                n_out += emit(outputs, block.partition)
+            hold = TP(block.topic, block.partition)
+            estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
+            index = 0
+            while index < len(block):
+                arrival = block.arrival_ms(index, index + 1)
+                queued = min(estimate * (len(block) - index), ctx.grant_tuples)
+                async with ctx.arbiter.turn(name, arrival_s(arrival), queued, hold):
+                    if parts.get(block.partition) is not part:
+                        break  # revoked while waiting: its new owner redoes the rest
+                    index = push_some(part, block, index, start_at)
             stage_dead_letters(part, block)
-            part.positions[block.topic] = block.offsets[-1] + 1
-            part.dirty = True
-            stats.record(n_in, n_out, time.perf_counter_ns() - started, len(block), nbytes)
-            stats.positions[block.partition] = block.offsets[-1] + 1
 
     async def snapshot() -> None:
         """Before offsets commit: every changed partition's state, durable."""

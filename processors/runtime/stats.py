@@ -32,6 +32,13 @@ class AgentStats:
     dead_letters: int = 0
     messages_in: int = 0
     bytes_in: int = 0
+    bytes_out: int = 0
+    out_topic: str = ""
+    #: output latency (arrival of the oldest input tuple to output), sinks only: sum, count, max
+    latency_s_sum: float = 0.0
+    latency_n: int = 0
+    latency_s_max: float = 0.0
+    latency_s_window_max: float = 0.0  # since the last Stats record
     #: next offset to process, per input partition (for backlog = high watermark - position)
     positions: dict[int, int] = field(default_factory=dict)
     plan: Callable[[], dict[str, Any]] = dict
@@ -39,7 +46,9 @@ class AgentStats:
     #: plan changes made since its previous call (for example filter order changes)
     new_events: Callable[[], list[dict[str, Any]]] = list
 
-    def record(self, n_in: int, n_out: int, busy_ns: int, messages: int, nbytes: int) -> None:
+    def record(
+        self, n_in: int, n_out: int, busy_ns: int, messages: int, nbytes: int, bytes_out: int = 0
+    ) -> None:
         """Count one processed input batch (``messages`` Kafka messages of ``nbytes``)."""
         self.batches += 1
         self.tuples_in += n_in
@@ -47,6 +56,14 @@ class AgentStats:
         self.busy_ns += busy_ns
         self.messages_in += messages
         self.bytes_in += nbytes
+        self.bytes_out += bytes_out
+
+    def record_latency(self, seconds: float) -> None:
+        """An output left ``seconds`` after the oldest input tuple it came from arrived."""
+        self.latency_s_sum += seconds
+        self.latency_n += 1
+        self.latency_s_max = max(self.latency_s_max, seconds)
+        self.latency_s_window_max = max(self.latency_s_window_max, seconds)
 
     def backlog(self, pending_messages: int) -> tuple[int, int]:
         """Estimated (tuples, bytes) in ``pending_messages`` not yet processed input messages."""
@@ -65,7 +82,13 @@ class AgentStats:
             "tuples_out": self.tuples_out,
             "batches": self.batches,
             "busy_ns": self.busy_ns,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "topic": self.topic,
+            "out_topic": self.out_topic,
             "dead_letters": self.dead_letters,
+            "latency_ms_avg": 1000 * self.latency_s_sum / self.latency_n if self.latency_n else 0.0,
+            "latency_ms_max": 1000 * self.latency_s_max,
             "positions": dict(self.positions),
             "plan": self.plan(),
         }
@@ -79,6 +102,7 @@ class StatsBoard:
         self.query = query
         self.agents: dict[str, AgentStats] = {}
         self._last: dict[str, dict[str, int]] = {}
+        self._last_latency_sum: dict[str, float] = {}
         self._last_report_ms = int(time.time() * 1000)
         self._schema = load_schema(STATS_SCHEMA)
 
@@ -107,7 +131,12 @@ class StatsBoard:
                 "tuples_out": stats.tuples_out,
                 "batches": stats.batches,
                 "busy_ns": stats.busy_ns,
+                "bytes_in": stats.bytes_in,
+                "bytes_out": stats.bytes_out,
+                "latency_n": stats.latency_n,
             }
+            latency_sum = stats.latency_s_sum - self._last_latency_sum.get(name, 0.0)
+            self._last_latency_sum[name] = stats.latency_s_sum
             self._last[name] = current
             backlog_tuples, backlog_bytes = backlog(stats)
             events, stats.events = stats.events + stats.new_events(), []
@@ -121,12 +150,23 @@ class StatsBoard:
                 "partitions": json.dumps(sorted(stats.positions)),
                 "window_start_ms": self._last_report_ms,
                 "window_end_ms": now_ms,
-                **{k: v - last.get(k, 0) for k, v in current.items()},
+                **{k: v - last.get(k, 0) for k, v in current.items() if k != "latency_n"},
+                "topic": stats.topic,
+                "out_topic": stats.out_topic,
+                "latency_ms_avg": _average_ms(
+                    latency_sum, current["latency_n"] - last.get("latency_n", 0)
+                ),
+                "latency_ms_max": 1000 * stats.latency_s_window_max,
                 "backlog_tuples": backlog_tuples,
                 "backlog_bytes": backlog_bytes,
                 "plan": json.dumps(stats.plan()),
                 "events": json.dumps(events),
             }
+            stats.latency_s_window_max = 0.0
             records.append(encode_single_object(self._schema, record))
         self._last_report_ms = now_ms
         return records
+
+
+def _average_ms(total_s: float, count: int) -> float:
+    return 1000 * total_s / count if count > 0 else 0.0

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faust.types import TP
+
 from processors.core.query import LogicalPlan
 from processors.runtime.agents import (
     AgentContext,
@@ -26,9 +28,11 @@ from processors.runtime.agents import (
     add_stage_agent,
     backlog_of,
 )
+from processors.runtime.arbiter import Arbiter
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.producer import RecordProducer
+from processors.runtime.scheduler import Scheduling, add_scheduling_agents
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stateful import add_stateful_agent
 from processors.runtime.stats import StatsBoard
@@ -42,8 +46,14 @@ STATS_TOPIC = "streamon.stats"
 CONTROL_TOPIC = "streamon.control"
 DEAD_LETTER_TOPIC = "streamon.deadletters"
 FILTER_STAGE = "filter"
-#: stage agents that read their input in bulk and batch several envelopes per process call
-BULK_STAGES = frozenset({FILTER_STAGE})
+SINK_AGENT = "sink"
+#: synthetic operator stages are named OPERATOR_PREFIX + the operator's name
+OPERATOR_PREFIX = "op."
+
+
+def is_bulk_stage(name: str) -> bool:
+    """Stage agents that read their input in bulk and batch several envelopes per call."""
+    return name == FILTER_STAGE or name.startswith(OPERATOR_PREFIX)
 
 
 def internal_topic(query: str, name: str) -> str:
@@ -112,17 +122,23 @@ def plan_pipeline(plan: LogicalPlan) -> Pipeline:
     partitions = stream.partitions
     ingest = internal_topic(plan.name, f"ingest.{stream.name}")
     out = internal_topic(plan.name, "out")
+    names = [FILTER_STAGE] if plan.filters else []
+    names += [OPERATOR_PREFIX + op.name for op in plan.operators]
+    names = names or ["passthrough"]
+    # each stage reads what the one before wrote: ingest -> stage 1 -> ... -> out
+    inputs = [ingest] + [internal_topic(plan.name, f"after.{n}") for n in names[:-1]]
+    outputs = inputs[1:] + [out]
     specs = [
         TopicSpec(stream.topic, partitions),
-        TopicSpec(ingest, partitions),
+        *(TopicSpec(t, partitions) for t in inputs),
         TopicSpec(out, partitions),
-        TopicSpec(plan.result_topic, plan.result_partitions),
+        TopicSpec(plan.result_topic, plan.result_partitions or 1),
         TopicSpec(STATS_TOPIC, 1),
         TopicSpec(CONTROL_TOPIC, 1),
         TopicSpec(DEAD_LETTER_TOPIC, 1),
     ]
-    stage = FILTER_STAGE if plan.filters else "passthrough"
-    return Pipeline({stream.name: ingest}, [(stage, ingest, out)], out, specs)
+    stages = list(zip(names, inputs, outputs, strict=True))
+    return Pipeline({stream.name: ingest}, stages, out, specs)
 
 
 def _general_pipeline(plan: LogicalPlan) -> Pipeline:
@@ -181,6 +197,19 @@ def _general_pipeline(plan: LogicalPlan) -> Pipeline:
     return Pipeline(ingest, [], out, specs, steps, ingest_partition, part.to_json())
 
 
+def pipeline_paths(pipeline: Pipeline) -> dict[str, list[str]]:
+    """The operator paths of the scheduling model (Babcock et al., Sect. 4.3): per input
+    stream, the agents its tuples pass, from its ingest agent to the sink. Paths share their
+    tail from the MJoin (or the first stage after ingest, for one stream) on."""
+    stateless = [name for name, _, _ in pipeline.stage_topics]
+    shared = [step.name for step in pipeline.stateful if step.kind != "stream"]
+    paths = {}
+    for stream in pipeline.ingest_topics:
+        own = [s.name for s in pipeline.stateful if s.kind == "stream" and s.stream == stream]
+        paths[stream] = [f"ingest.{stream}", *own, *stateless, *shared, SINK_AGENT]
+    return paths
+
+
 def state_topic(query: str) -> str:
     return internal_topic(query, "state")
 
@@ -210,11 +239,11 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     pipeline = plan_pipeline(plan)
     datadir = options.state_dir / "faust" / options.worker_id
     datadir.mkdir(parents=True, exist_ok=True)
-    bulk_stage_topics = [t for name, t, _ in pipeline.stage_topics if name in BULK_STAGES]
+    bulk_stage_topics = [t for name, t, _ in pipeline.stage_topics if is_bulk_stage(name)]
     bulk_stage_topics += [t for step in pipeline.stateful for t in step.in_topics]
     app = BulkApp(
         f"streamon-{plan.name}",
-        bulk_topics=[s.topic for s in plan.streams] + bulk_stage_topics,
+        bulk_topics=[s.topic for s in plan.streams] + bulk_stage_topics + [STATS_TOPIC],
         web_enabled=options.web_port is not None,
         web_port=options.web_port or 6066,
         web_bind="127.0.0.1",
@@ -223,10 +252,26 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     )
     producer = RecordProducer(options.bootstrap)
     board = StatsBoard(options.worker_id, plan.name)
+    config = plan.scheduling_config
+    arbiter = Arbiter(hold=_partition_pauser(app, pause=True), unhold=_partition_pauser(app))
     ctx = AgentContext(
-        app, board, DeadLetters(producer, DEAD_LETTER_TOPIC, options.worker_id), producer
+        app,
+        board,
+        DeadLetters(producer, DEAD_LETTER_TOPIC, options.worker_id),
+        producer,
+        arbiter,
+        config.grant_tuples,
     )
     app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
+    scheduling = Scheduling(
+        plan.name,
+        pipeline_paths(pipeline),
+        config,
+        arbiter,
+        lambda record: producer.produce(CONTROL_TOPIC, record, key=plan.name.encode()),
+        options.worker_id,
+    )
+    add_scheduling_agents(app, board, scheduling, options.bootstrap, STATS_TOPIC, CONTROL_TOPIC)
 
     for stream in plan.streams:
         codec = RecordCodec(stream.schema, registry=_registry(options))
@@ -258,15 +303,15 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             in_topic=in_topic,
             out_topic=out_topic,
             make_stage=_stage_factory(name, plan),
-            bulk=name in BULK_STAGES,
+            bulk=is_bulk_stage(name),
         )
     add_sink_agent(
         ctx,
-        name="sink",
+        name=SINK_AGENT,
         in_topic=pipeline.sink_topic,
         codec=RecordCodec(plan.output_schema, registry=_registry(options)),
         result_topic=plan.result_topic,
-        result_partitions=plan.result_partitions,
+        result_partitions=plan.result_partitions or 1,
     )
 
     def backlog(stats: Any) -> tuple[int, int]:
@@ -286,7 +331,12 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
 
     @app.page("/streamon/status")
     async def status_page(web: Any, request: Any) -> Any:
-        body = {**status, "stats": board.snapshot(backlog), "assignment": _assignment(app)}
+        body = {
+            **status,
+            "stats": board.snapshot(backlog),
+            "scheduling": scheduling.snapshot(),
+            "assignment": _assignment(app),
+        }
         return web.json(body)
 
     @app.page("/streamon/plan")
@@ -314,6 +364,11 @@ def _chain_factory(step: StatefulStep, plan: LogicalPlan) -> Callable[[int], Any
 
 def _stage_factory(name: str, plan: LogicalPlan) -> Callable[[int], Stage]:
     """Makes the stage ``name`` of ``plan`` for one partition."""
+    if name.startswith(OPERATOR_PREFIX):
+        from processors.stages.synthetic_stage import SyntheticStage
+
+        op = next(o for o in plan.operators if OPERATOR_PREFIX + o.name == name)
+        return lambda partition: SyntheticStage(op.name, op.cost_us * 1000, op.selectivity, op.key)
     if name != FILTER_STAGE:
         return lambda partition: PassThroughStage(name)
     from processors.stages.filter_stage import FilterStage
@@ -333,6 +388,27 @@ def _stage_factory(name: str, plan: LogicalPlan) -> Callable[[int], Stage]:
 
     make(0)  # loads the stage's numba kernels now (~0.4 s), not in the first batch's time
     return make
+
+
+def _partition_pauser(app: BulkApp, pause: bool = False) -> Callable[[Any], None]:
+    """The arbiter's hold (pause) or unhold (resume) of one input partition. Holds are a bound
+    on prefetching, not a correctness matter: nothing is done while Faust rebalances (it pauses
+    and resumes everything itself then), and only partitions still assigned are touched."""
+
+    def apply(tp: Any) -> None:
+        tp = TP(tp.topic, tp.partition)  # Faust's own type: messages may carry aiokafka's
+        try:
+            consumer = app.consumer
+            if app.rebalancing or tp not in consumer.assignment():
+                return
+            if pause:
+                consumer.pause_partitions({tp})
+            else:
+                consumer.resume_partitions({tp})
+        except Exception:  # consumer not started, or stopping
+            return
+
+    return apply
 
 
 def _registry(options: WorkerOptions) -> Any:

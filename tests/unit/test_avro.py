@@ -154,7 +154,9 @@ def test_side_topic_records_round_trip():
         "worker_id": "w1", "query": "q", "stage": "filter", "agent": "a", "scope": "STAGE",
         "partition": 3, "partitions": "[3]", "window_start_ms": 1, "window_end_ms": 2,
         "tuples_in": 10, "tuples_out": 4, "batches": 1, "busy_ns": 999, "backlog_tuples": 0,
-        "backlog_bytes": 0, "plan": json.dumps({"order": ["f2", "f1"]}), "events": "[]",
+        "backlog_bytes": 0, "bytes_in": 640, "bytes_out": 256, "topic": "t.in",
+        "out_topic": "t.out", "latency_ms_avg": 1.5, "latency_ms_max": 3.0,
+        "plan": json.dumps({"order": ["f2", "f1"]}), "events": "[]",
     }  # fmt: skip
     control = {"kind": "PRIORITIES", "query": "q", "stage": "", "payload": "{}",
                "issued_at_ms": 5, "issuer": "sched", "seq": 7}  # fmt: skip

@@ -21,9 +21,9 @@ from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.stats import StatsBoard
 from processors.runtime.worker import (
-    BULK_STAGES,
     FILTER_STAGE,
     _stage_factory,
+    is_bulk_stage,
     plan_pipeline,
 )
 from processors.workloads.examples import reading_columns, readings_passthrough
@@ -47,7 +47,7 @@ def test_a_filter_plan_runs_ingest_filter_sink() -> None:
     assert pipeline.ingest_topics == {"r": "streamon.fq.ingest.r"}
     assert pipeline.stage_topics == [(FILTER_STAGE, "streamon.fq.ingest.r", "streamon.fq.out")]
     assert pipeline.sink_topic == "streamon.fq.out"
-    assert FILTER_STAGE in BULK_STAGES
+    assert is_bulk_stage(FILTER_STAGE)
     assert {s.name for s in pipeline.specs} >= {"fq-in", "streamon.fq.ingest.r", "fq-out"}
 
 
@@ -150,7 +150,12 @@ class FakeProducer:
         self.sent: list[tuple[str, bytes, bytes | None, int | None]] = []
 
     def produce(
-        self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         self.sent.append((topic, value, key, partition))
 
@@ -246,7 +251,8 @@ def test_bulk_agent_concatenates_envelopes_and_keeps_every_passing_tuple_in_orde
     expected = whole.filter(whole.columns["sensor_id"] % 2 == 0)
     assert Batch.concat(h.outputs(partition=3)).equals(expected)
     assert (h.stats.tuples_in, h.stats.tuples_out) == (5_000, len(expected))
-    assert (h.stats.messages_in, h.stats.batches, h.stats.positions) == (5, 1, {3: 45})
+    # one batch per process call (one arbiter turn each): the 4,000 and the 1,000 tuples
+    assert (h.stats.messages_in, h.stats.batches, h.stats.positions) == (5, 2, {3: 45})
     assert h.stats.snapshot()["plan"] == {"3": {"kind": "rec", "sizes": [4_000, 1_000]}}
 
 
