@@ -160,7 +160,22 @@ class InIndex(Predicate):
 
         idx = self.index
         return select_in_index(
-            self._col(batch), idx.keys, idx.counts, idx.mask, self.probes, sel, n, out, self._hits
+            self._col(batch), idx.keys, idx.mask, idx.zero_slot, self.probes, sel, n, out,
+            self._hits,
+        )
+
+    def select_profiled(
+        self, batch: Batch, sel: np.ndarray, n: int, out: np.ndarray, *profiling: Any
+    ) -> int:
+        """``select``, then drop profiling of the sampled rows at this position in the same
+        kernel call (``profiling``: the trailing arguments of
+        ``kernels.profile_view.select_in_index_profiled``)."""
+        from processors.kernels.profile_view import select_in_index_profiled
+
+        idx = self.index
+        return select_in_index_profiled(
+            self._col(batch), idx.keys, idx.mask, idx.zero_slot, self.probes, sel, n, out,
+            self._hits, *profiling,
         )
 
 

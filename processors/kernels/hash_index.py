@@ -9,9 +9,15 @@ Layout: two parallel arrays ``keys`` and ``counts`` of a power-of-two size; ``co
 marks an empty slot, so every int64 value is a valid key (no sentinel key). Linear probing from
 a multiplicative (Fibonacci) hash; the table doubles when more than half of it is occupied.
 
-Numba kernels elsewhere probe the index through :func:`index_contains` on the arrays
-``HashIndex.keys``, ``HashIndex.counts`` and ``HashIndex.mask``. Those arrays are replaced when
-the table grows, so read them again after every insert.
+Membership probes read ``keys`` only: an empty slot's key is 0, so a slot holding a nonzero
+probe key is occupied, and a slot with key 0 is empty unless it is the one slot that holds the
+key 0, which the index tracks (``zero[0]``, -1 when 0 is absent). A probe then touches one
+cache line of one array (half the bytes of key-and-count slots, so that more indexes stay in
+cache; this is what the filter stage's profiling probes of rarely used indexes hit).
+
+Numba kernels elsewhere probe the index through :func:`index_contains` on ``HashIndex.keys``,
+``HashIndex.mask`` and ``HashIndex.zero_slot``. The arrays are replaced when the table grows
+and the zero slot moves, so read them again after every insert or delete.
 """
 
 from __future__ import annotations
@@ -55,30 +61,38 @@ def index_find(keys: np.ndarray, counts: np.ndarray, mask: int, key: int) -> int
 
 
 @njit(cache=True, inline="always")
-def index_contains(keys: np.ndarray, counts: np.ndarray, mask: int, key: int) -> bool:
+def index_contains(keys: np.ndarray, mask: int, zero_slot: int, key: int) -> bool:
     """Whether ``key`` is in the index (for use inside other numba kernels).
 
+    ``zero_slot`` is the slot of the key 0 (-1: absent); every other slot with key 0 is empty.
     Whether a probe hits is as random as the data, so a probe loop that exits on the first
     match or empty slot mispredicts a branch about every other key. Instead the home slot and
     its successor are checked without branches; the loop runs only when both are occupied by
     other keys (a predictable, uncommon case at load <= 0.5). Slots are unsigned so that numba
     emits no negative-index wraparound code.
     """
+    if key == 0:
+        return zero_slot >= 0
     um = np.uint64(mask)
     x = np.uint64(key)
     x ^= x >> _S32
     i = ((x * _FIB) >> _S32) & um
     j = (i + _U1) & um
-    c0 = counts[i] != 0
-    c1 = counts[j] != 0
-    hit = ((keys[i] == key) & c0) | ((keys[j] == key) & c1)
+    ki = keys[i]
+    kj = keys[j]
+    hit = (ki == key) | (kj == key)  # key != 0: a slot holding it is occupied
+    c0 = (ki != 0) | (np.int64(i) == zero_slot)
+    c1 = (kj != 0) | (np.int64(j) == zero_slot)
     # == 2 iff both slots are occupied and neither holds the key (sums, not `and`, keep LLVM
     # from turning the test back into a chain of unpredictable branches)
     if np.int64(c0) + np.int64(c1) + 2 * np.int64(hit) == 2:
         i = (j + _U1) & um
-        while counts[i] != 0:
-            if keys[i] == key:
+        while True:
+            k = keys[i]
+            if k == key:
                 return True
+            if k == 0 and np.int64(i) != zero_slot:
+                return False
             i = (i + _U1) & um
     return hit
 
@@ -97,8 +111,8 @@ def probe_key(key: int, probe: int) -> int:
 def select_in_index(
     col: np.ndarray,
     keys: np.ndarray,
-    counts: np.ndarray,
     mask: int,
+    zero_slot: int,
     probes: int,
     sel: np.ndarray,
     n: int,
@@ -111,7 +125,8 @@ def select_in_index(
     ``sel``) with one trailing argument: ``probes`` is the filter's cost c (Section 9.3: c
     random probes of the index per tuple). The first probe decides; probes 2..c look up
     :func:`probe_key` keys and only cost time. Their number of hits is written to ``hits[0]``
-    (a 1-element int64 array) so that the compiler cannot drop them as dead code. Rows are
+    (a 1-element int64 array) so that the compiler cannot drop them as dead code.
+    ``keys``, ``mask`` and ``zero_slot`` are the index's (see :func:`index_contains`). Rows are
     stored unconditionally (only the count advances), so ``out`` needs room for ``n`` rows.
     """
     m = 0
@@ -119,9 +134,9 @@ def select_in_index(
     for i in range(n):
         row = sel[i]
         key = col[row]
-        ok = index_contains(keys, counts, mask, key)
+        ok = index_contains(keys, mask, zero_slot, key)
         for p in range(1, probes):
-            extra += index_contains(keys, counts, mask, probe_key(key, p))
+            extra += index_contains(keys, mask, zero_slot, probe_key(key, p))
         # unconditional store, conditional advance: no branch on the (random) outcome
         out[m] = row
         m += ok
@@ -138,6 +153,7 @@ def _insert_kernel(
     start: int,
     distinct: int,
     limit: int,
+    zero: np.ndarray,
 ) -> tuple[int, int]:
     """Insert ``items[start:]``; stop before a new key would push ``distinct`` past ``limit``.
 
@@ -155,6 +171,8 @@ def _insert_kernel(
                 keys[i] = key
                 counts[i] = 1
                 distinct += 1
+                if key == 0:
+                    zero[0] = i
                 break
             if keys[i] == key:
                 counts[i] = c + 1
@@ -164,12 +182,17 @@ def _insert_kernel(
 
 
 @njit(cache=True, inline="always")
-def _backward_shift(keys: np.ndarray, counts: np.ndarray, mask: int, hole: int) -> None:
+def _backward_shift(
+    keys: np.ndarray, counts: np.ndarray, mask: int, hole: int, zero: np.ndarray
+) -> None:
     """Empty slot ``hole``, pulling back later entries of its run that may legally move there.
 
     An entry at slot j with home h may move to the hole iff the hole lies on its probe path
     [h, j), i.e. its distance from home is at least the distance from the hole to j.
+    ``zero[0]`` follows the key 0 when it moves (and is cleared when it is the one emptied).
     """
+    if keys[hole] == 0:
+        zero[0] = -1
     j = hole
     while True:
         j = (j + 1) & mask
@@ -178,6 +201,8 @@ def _backward_shift(keys: np.ndarray, counts: np.ndarray, mask: int, hole: int) 
             break
         h = home_slot(keys[j], mask)
         if ((j - h) & mask) >= ((j - hole) & mask):
+            if keys[j] == 0:
+                zero[0] = hole
             keys[hole] = keys[j]
             counts[hole] = c
             hole = j
@@ -187,7 +212,7 @@ def _backward_shift(keys: np.ndarray, counts: np.ndarray, mask: int, hole: int) 
 
 @njit(cache=True)
 def _delete_kernel(
-    keys: np.ndarray, counts: np.ndarray, mask: int, items: np.ndarray
+    keys: np.ndarray, counts: np.ndarray, mask: int, items: np.ndarray, zero: np.ndarray
 ) -> tuple[int, int]:
     """Remove one occurrence of each item, in order.
 
@@ -204,17 +229,17 @@ def _delete_kernel(
         if c > 0:
             counts[i] = c
         else:
-            _backward_shift(keys, counts, mask, i)
+            _backward_shift(keys, counts, mask, i, zero)
             gone += 1
     return n, gone
 
 
 @njit(cache=True)
 def _contains_kernel(
-    keys: np.ndarray, counts: np.ndarray, mask: int, items: np.ndarray, out: np.ndarray
+    keys: np.ndarray, mask: int, zero_slot: int, items: np.ndarray, out: np.ndarray
 ) -> None:
     for j in range(items.shape[0]):
-        out[j] = index_contains(keys, counts, mask, items[j])
+        out[j] = index_contains(keys, mask, zero_slot, items[j])
 
 
 @njit(cache=True)
@@ -225,7 +250,12 @@ def _count_kernel(keys: np.ndarray, counts: np.ndarray, mask: int, key: int) -> 
 
 @njit(cache=True)
 def _rehash_kernel(
-    old_keys: np.ndarray, old_counts: np.ndarray, keys: np.ndarray, counts: np.ndarray, mask: int
+    old_keys: np.ndarray,
+    old_counts: np.ndarray,
+    keys: np.ndarray,
+    counts: np.ndarray,
+    mask: int,
+    zero: np.ndarray,
 ) -> None:
     """Move every entry of the old table into the (empty, larger) new one."""
     for s in range(old_keys.shape[0]):
@@ -237,6 +267,8 @@ def _rehash_kernel(
                 i = (i + 1) & mask
             keys[i] = key
             counts[i] = c
+            if key == 0:
+                zero[0] = i
 
 
 def _table_size(distinct: int) -> int:
@@ -259,7 +291,7 @@ def _as_keys(keys: np.ndarray) -> np.ndarray:
 class HashIndex:
     """Multiset of int64 keys for fast membership probes (see the module docstring)."""
 
-    __slots__ = ("keys", "counts", "mask", "_distinct", "_total")
+    __slots__ = ("keys", "counts", "mask", "zero", "_distinct", "_total")
 
     def __init__(self, capacity_hint: int = 1024) -> None:
         if capacity_hint < 0:
@@ -268,6 +300,7 @@ class HashIndex:
         self.keys = np.zeros(size, np.int64)
         self.counts = np.zeros(size, np.int64)
         self.mask = size - 1
+        self.zero = np.full(1, -1, np.int64)  # slot of the key 0, or -1
         self._distinct = 0
         self._total = 0
 
@@ -281,6 +314,11 @@ class HashIndex:
         return self._total
 
     @property
+    def zero_slot(self) -> int:
+        """The slot holding the key 0, or -1 (see :func:`index_contains`)."""
+        return int(self.zero[0])
+
+    @property
     def nbytes(self) -> int:
         return self.keys.nbytes + self.counts.nbytes
 
@@ -290,7 +328,7 @@ class HashIndex:
             raise MemoryError(f"a hash index cannot grow past {MAX_SIZE} slots")
         keys = np.zeros(size, np.int64)
         counts = np.zeros(size, np.int64)
-        _rehash_kernel(self.keys, self.counts, keys, counts, size - 1)
+        _rehash_kernel(self.keys, self.counts, keys, counts, size - 1, self.zero)
         self.keys, self.counts, self.mask = keys, counts, size - 1
 
     def insert_many(self, keys: np.ndarray) -> None:
@@ -300,7 +338,7 @@ class HashIndex:
         while pos < len(items):
             limit = int((self.mask + 1) * MAX_LOAD)
             pos, self._distinct = _insert_kernel(
-                self.keys, self.counts, self.mask, items, pos, self._distinct, limit
+                self.keys, self.counts, self.mask, items, pos, self._distinct, limit, self.zero
             )
             if pos < len(items):
                 self._grow()
@@ -313,7 +351,7 @@ class HashIndex:
         stay deleted.
         """
         items = _as_keys(keys)
-        done, gone = _delete_kernel(self.keys, self.counts, self.mask, items)
+        done, gone = _delete_kernel(self.keys, self.counts, self.mask, items, self.zero)
         self._distinct -= gone
         self._total -= done
         if done < len(items):
@@ -323,7 +361,7 @@ class HashIndex:
         """Membership of each key, as a bool array."""
         items = _as_keys(keys)
         out = np.empty(len(items), np.bool_)
-        _contains_kernel(self.keys, self.counts, self.mask, items, out)
+        _contains_kernel(self.keys, self.mask, self.zero_slot, items, out)
         return out
 
     def count(self, key: int) -> int:

@@ -12,12 +12,54 @@ full upper triangle (A-Greedy), the first row (Independent), the diagonal plus c
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
+import time
 
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from processors.kernels.hash_index import index_contains, probe_key, select_in_index
 from processors.kernels.splitmix import GAMMA, mix64
 
 FULL, FIRST_ROW, DIAGONAL_AND_COLUMN, TWO_DIAGONALS = range(4)
+
+
+# -- timing inside kernels ---------------------------------------------------------------------
+# A kernel that does main-pass work and profiling in one call (to save a call) must say how
+# long each part took, so that the run-time breakdown (Table 2) stays a measurement.
+
+
+@intrinsic
+def _readcyclecounter(typingctx):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fnty = ir.FunctionType(ir.IntType(64), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+        return builder.call(fn, [])
+
+    return types.uint64(), codegen
+
+
+@njit(cache=True)
+def cycles():  # type: ignore[no-untyped-def]
+    """The CPU's cycle counter (x86: the constant-rate TSC), as int64; 0 where there is none."""
+    return np.int64(_readcyclecounter())
+
+
+_NS_PER_CYCLE: list[float] = []
+
+
+def ns_per_cycle() -> float:
+    """Nanoseconds per :func:`cycles` tick, measured once per process over ~2 ms (0.0 when
+    the counter does not run: callers then fall back to splitting by evaluations)."""
+    if not _NS_PER_CYCLE:
+        c0, t0 = cycles(), time.perf_counter_ns()
+        while time.perf_counter_ns() - t0 < 2_000_000:
+            pass
+        c1, t1 = cycles(), time.perf_counter_ns()
+        _NS_PER_CYCLE.append((t1 - t0) / (c1 - c0) if c1 > c0 else 0.0)
+    return _NS_PER_CYCLE[0]
 
 
 @njit(cache=True, inline="always")
@@ -119,17 +161,75 @@ def hist_rebuild(hist, order, bits, rows):  # type: ignore[no-untyped-def]
         _count_one(hist, order, bits, rows[k], 1)
 
 
+# -- the window as counts of bit patterns ------------------------------------------------------
+# For up to PATTERN_MAX_N filters the window is also kept as ``patterns[code]``: how many live
+# profile tuples have the bits ``code`` (bit f set when filter f dropped the tuple). Inserting
+# or expiring a tuple is then one increment, and the view for any order (the counts of
+# Section 4.2.1, exactly) and Fig. 5's row recomputation scan the 2^n patterns with their
+# multiplicities instead of the window's tuples one by one: the same counts, from a smaller
+# table, and without the store-to-load chains of per-tuple view updates.
+PATTERN_MAX_N = 10
+
+
+@njit(cache=True, inline="always")
+def _code(bits, t):  # type: ignore[no-untyped-def]
+    """Bit pattern of profile tuple ``bits[t]`` (bit f: filter f dropped it)."""
+    code = 0
+    for f in range(bits.shape[1]):
+        code |= np.int64(bits[t, f]) << f
+    return code
+
+
+@njit(cache=True)
+def view_from_patterns(patterns, order, view, mode, j):  # type: ignore[no-untyped-def]
+    """The view for ``order`` from the pattern counts (as :func:`view_from_hist` from the
+    drop-position histogram, which is built here on the fly)."""
+    n = order.shape[0]
+    hist = np.zeros((n, n), dtype=np.int64)
+    for code in range(patterns.shape[0]):
+        count = patterns[code]
+        if count == 0:
+            continue
+        dc = 0
+        while dc < n and (code >> order[dc]) & 1 == 0:
+            dc += 1
+        for c in range(dc, n):
+            hist[dc, c] += count * ((code >> order[c]) & 1)
+    view_from_hist(hist, view, mode, j)
+
+
+@njit(cache=True)
+def view_row_patterns(view, r, order, patterns, mode, j):  # type: ignore[no-untyped-def]
+    """:func:`view_row` (Fig. 5 lines 6-13) over the pattern counts."""
+    n = order.shape[0]
+    for c in range(r, n):
+        view[r, c] = 0
+    earlier = 0
+    for q in range(r):
+        earlier |= np.int64(1) << order[q]
+    for code in range(patterns.shape[0]):
+        count = patterns[code]
+        if count == 0 or code & earlier != 0:
+            continue
+        for c in range(r, n):
+            if (code >> order[c]) & 1 == 1 and _kept(mode, r, c, j):
+                view[r, c] += count
+
+
 @njit(cache=True)
 def window_absorb(  # type: ignore[no-untyped-def]
-    ring, ring_ts, state, new_bits, m, now_ms, window_ms, hist, view, order, mode, j
+    ring, ring_ts, state, new_bits, m, now_ms, window_ms, hist, view, order, mode, j, patterns
 ):
     """Expire profile tuples (by time, then by capacity), insert ``new_bits[:m]``, and bring the
     view up to date. ``state`` = [start, size].
 
-    The view is kept through ``hist``, a count of profile tuples by (drop position, position
-    that drops them): Fig. 3 touches up to dc * (n - dc) view entries per tuple, the histogram
-    n - dc, and the view is its running sums, rebuilt once per call.
+    With ``patterns`` (its length 2^n, see PATTERN_MAX_N) the window is counted by bit pattern
+    and the view rebuilt from those counts. Otherwise (``patterns`` empty) the view is kept
+    through ``hist``, a count of profile tuples by (drop position, position that drops them):
+    Fig. 3 touches up to dc * (n - dc) view entries per tuple, the histogram n - dc, and the
+    view is its running sums, rebuilt once per call.
     """
+    counted = patterns.shape[0] > 0
     cap = ring.shape[0]
     width = ring.shape[1]
     start, size = state[0], state[1]
@@ -138,22 +238,35 @@ def window_absorb(  # type: ignore[no-untyped-def]
         first = m - cap
     if window_ms > 0:
         while size > 0 and ring_ts[start] < now_ms - window_ms:
-            _count_one(hist, order, ring, start, -1)
-            start = (start + 1) % cap
+            if counted:
+                patterns[_code(ring, start)] -= 1
+            else:
+                _count_one(hist, order, ring, start, -1)
+            start = start + 1 if start + 1 < cap else 0
             size -= 1
     while size + (m - first) > cap:
-        _count_one(hist, order, ring, start, -1)
-        start = (start + 1) % cap
+        if counted:
+            patterns[_code(ring, start)] -= 1
+        else:
+            _count_one(hist, order, ring, start, -1)
+        start = start + 1 if start + 1 < cap else 0
         size -= 1
+    slot = start + size if start + size < cap else start + size - cap
     for t in range(first, m):
-        slot = (start + size) % cap
         for f in range(width):
             ring[slot, f] = new_bits[t, f]
         ring_ts[slot] = now_ms
-        _count_one(hist, order, ring, slot, 1)
+        if counted:
+            patterns[_code(ring, slot)] += 1
+        else:
+            _count_one(hist, order, ring, slot, 1)
         size += 1
+        slot = slot + 1 if slot + 1 < cap else 0
     state[0], state[1] = start, size
-    view_from_hist(hist, view, mode, j)
+    if counted:
+        view_from_patterns(patterns, order, view, mode, j)
+    else:
+        view_from_hist(hist, view, mode, j)
 
 
 @njit(cache=True, inline="always")
@@ -194,8 +307,11 @@ def find_violation(view, order, costs, alpha, mode, j, parent):  # type: ignore[
 
 
 @njit(cache=True)
-def greedy_correct(view, order, ring, rows, costs, position, parent):  # type: ignore[no-untyped-def]
+def greedy_correct(view, order, ring, rows, costs, position, parent, patterns):  # type: ignore[no-untyped-def]
     """Fig. 5: from ``position`` on, recompute each row and bring its best filter forward.
+
+    Rows are recomputed from the pattern counts when ``patterns`` is not empty, else from the
+    window's tuples ``ring[rows]``.
 
     Fig. 5 swaps the best filter with the one in place; Fig. 6(c) shows it moved forward with
     the filters it passes keeping their relative order. Both restore the invariant and differ
@@ -211,7 +327,10 @@ def greedy_correct(view, order, ring, rows, costs, position, parent):  # type: i
     tmp = np.empty(n, dtype=np.int64)
     col = np.empty(n, dtype=np.int64)
     while r <= max_row:
-        view_row(view, r, order, ring, rows, FULL, -1)
+        if patterns.shape[0] > 0:
+            view_row_patterns(view, r, order, patterns, FULL, -1)
+        else:
+            view_row(view, r, order, ring, rows, FULL, -1)
         for k in range(n):
             pos[order[k]] = k
         best = r
@@ -330,3 +449,146 @@ def finish_profiles(dropped_at, n_samples, order, bits):  # type: ignore[no-unty
             bits[kept, order[d]] = 1
             kept += 1
     return kept
+
+
+# -- profiling inside the main pass's index probes ---------------------------------------------
+# When every filter probes a hash index (the filters of Section 9), the stage profiles in the
+# same kernel call as each position's main-pass selection, right after it, while the index is
+# warm: no call of its own per position (each call costs ~1-5 us after the main pass has swept
+# the caches), and no lookups of the samples' drop positions in the main pass's selections.
+# Instead every sample still undropped is evaluated at each position again (it repeats what
+# the main pass did, on the index it just warmed); the first filter that fails is its drop
+# position. Samples dropped earlier are evaluated on the positions their variant profiles
+# (all later ones for A-Greedy and Independent, Section 4.1.1; the profiled position for
+# Sweep, Section 5; the next one for LocalSwaps, Section 7). Filters are deterministic, so the
+# bits are those the per-position path of other filter kinds records.
+
+
+@njit(cache=True)
+def start_profiles(size, p, run, state, samples, dropped_at, bits):  # type: ignore[no-untyped-def]
+    """Sample rows (:func:`sample_rows`), mark them undropped (``dropped_at`` = n) and clear
+    their bits. Returns how many rows were sampled."""
+    n_samples = sample_rows(size, p, run, state, samples)
+    n = bits.shape[1]
+    for s in range(n_samples):
+        dropped_at[s] = n
+        for f in range(n):
+            bits[s, f] = 0
+    return n_samples
+
+
+@njit(cache=True)
+def select_in_index_profiled(  # type: ignore[no-untyped-def]
+    col, keys, mask, zero_slot, probes, sel, n, out, hits,
+    k, f, samples, n_samples, dropped_at, bits, mode, j, extras, repeats, ticks,
+):
+    """``select_in_index`` for filter ``f`` at position ``k``, then its profiling: samples
+    ``samples[:n_samples]`` (rows) not yet dropped find out whether ``f`` drops them
+    (``dropped_at[s] = k``), and those dropped earlier are evaluated on ``f`` if the variant
+    ``mode`` profiles position ``k`` for them (``j``: Sweep's profiled position);
+    ``bits[s, f] = 1`` when ``f`` drops sample ``s``. ``extras[f]`` counts the evaluations
+    after a sample's drop position (Section 4.4's n - i), ``repeats[f]`` the others.
+    ``ticks[0]`` accumulates the profiling's :func:`cycles`.
+    Returns how many of ``sel[:n]`` passed (written to ``out``).
+    """
+    m = select_in_index(col, keys, mask, zero_slot, probes, sel, n, out, hits)
+    t0 = cycles()
+    width = bits.shape[1]
+    extra = 0
+    dead = 0
+    if mode == FULL or mode == FIRST_ROW:  # noqa: SIM109 (as in _kept)
+        # every sample is evaluated: no branch on its state, so the probes overlap
+        for s in range(n_samples):
+            key = col[samples[s]]
+            ok = index_contains(keys, mask, zero_slot, key)
+            for q in range(1, probes):
+                extra += index_contains(keys, mask, zero_slot, probe_key(key, q))
+            d = dropped_at[s]
+            gone = d < width
+            dead += gone
+            bits[s, f] = np.uint8(1 - ok)
+            dropped_at[s] = d if gone or ok else k
+        extras[f] += dead
+        repeats[f] += n_samples - dead
+    else:
+        for s in range(n_samples):
+            d = dropped_at[s]
+            if d < width:
+                if mode == TWO_DIAGONALS and k != d + 1:
+                    continue
+                if mode == DIAGONAL_AND_COLUMN and k != j:
+                    continue
+                extras[f] += 1
+            else:
+                repeats[f] += 1
+            key = col[samples[s]]
+            ok = index_contains(keys, mask, zero_slot, key)
+            for q in range(1, probes):
+                extra += index_contains(keys, mask, zero_slot, probe_key(key, q))
+            if not ok:
+                bits[s, f] = 1
+                if d == width:
+                    dropped_at[s] = k
+    hits[0] += extra
+    ticks[0] += cycles() - t0
+    return m
+
+
+@njit(cache=True)
+def absorb_samples(  # type: ignore[no-untyped-def]
+    dropped_at, n_samples, bits, ring, ring_ts, state, now_ms, window_ms, hist, view, order,
+    mode, j, patterns, check, costs, alpha, parent, ticks,
+):
+    """The rest of a batch's profiling and re-optimization in one call: keep the dropped
+    samples' bit rows (:func:`finish_profiles`), put them in the window with the view
+    (:func:`window_absorb`) and, if ``check``, look for a violation (:func:`find_violation`).
+    ``ticks`` gets the :func:`cycles` of the three parts. Returns (profile tuples, position
+    of the violation or -1)."""
+    t0 = cycles()
+    m = finish_profiles(dropped_at, n_samples, order, bits)
+    t1 = cycles()
+    window_absorb(
+        ring, ring_ts, state, bits, m, now_ms, window_ms, hist, view, order, mode, j, patterns
+    )
+    t2 = cycles()
+    found = -1
+    if check:
+        found = find_violation(view, order, costs, alpha, mode, j, parent)
+    t3 = cycles()
+    ticks[0] += t1 - t0
+    ticks[1] += t2 - t1
+    ticks[2] += t3 - t2
+    return m, found
+
+
+@njit(cache=True)
+def record_costs(  # type: ignore[no-untyped-def]
+    ring_ns, ring_tuples, nxt, sums, filters, ns, tuples, k, overhead_ns, min_tuples, values
+):
+    """Put ``k`` timed calls (filter, ns, tuples evaluated) in the per-filter rings of the last
+    samples (``sums`` = [ns; tuples] over each ring), then ``values[f]`` = a_f, the running
+    average time per tuple (a filter never timed: the mean of the timed ones, or 1)."""
+    width = ring_ns.shape[1]
+    for i in range(k):
+        m = tuples[i]
+        if m < min_tuples:
+            continue
+        f = filters[i]
+        slot = nxt[f] % width
+        work = max(ns[i] - overhead_ns, 0.0)
+        sums[0, f] += work - ring_ns[f, slot]
+        sums[1, f] += m - ring_tuples[f, slot]
+        ring_ns[f, slot] = work
+        ring_tuples[f, slot] = m
+        nxt[f] += 1
+    n = values.shape[0]
+    total = 0.0
+    timed = 0
+    for f in range(n):
+        if sums[1, f] > 0:
+            values[f] = max(sums[0, f] / sums[1, f], 1e-3)
+            total += values[f]
+            timed += 1
+    for f in range(n):
+        if not sums[1, f] > 0:
+            values[f] = total / timed if timed else 1.0

@@ -22,14 +22,16 @@ from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
-from processors.core.predicates import Predicate, plan_predicates
+from processors.core.predicates import InIndex, Predicate, plan_predicates
 from processors.kernels.profile_view import (
     DIAGONAL_AND_COLUMN,
     TWO_DIAGONALS,
     finish_profiles,
     mark_dropped,
+    ns_per_cycle,
     profile_step,
     sample_rows,
+    start_profiles,
 )
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,17 @@ class FilterStage:
         self.batches = 0
         self.evaluations = np.zeros(self.n, dtype=np.int64)  # main pass, per filter id
         self.profile_evaluations = np.zeros(self.n, dtype=np.int64)
+        # profiling evaluations that repeat the main pass's (up to the drop position), made
+        # by the one-call profiling of index filters instead of looking the drops up
+        self.profile_repeats = np.zeros(self.n, dtype=np.int64)
+        self._hits = np.zeros(1, dtype=np.int64)
+        # all filters index probes: profile a batch in one kernel call (see _profile_indexes)
+        self._index_filters = self.n > 0 and all(type(p) is InIndex for p in self.predicates)
+        self._ticks = np.zeros(1, dtype=np.int64)  # cycles of profiling inside main-pass calls
+        self._ns_per_cycle = ns_per_cycle() if self._index_filters else 0.0
+        if self._index_filters and not self._ns_per_cycle:  # no cycle counter: per-position path
+            self._index_filters = False
+        self._samples_pending = 0  # samples of the last batch (index filters) to absorb
         self.profile_tuples = 0
         self.last_evaluations = 0  # filters evaluated for the last batch (main pass)
         self.ns = dict.fromkeys(BREAKDOWN, 0)
@@ -170,7 +183,10 @@ class FilterStage:
         self.ns["profile_tuple_creation"] += self._profile_ns
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = 0
-        if self._profiled:
+        if self._samples_pending:
+            self._absorb_samples(self._samples_pending)
+            self._samples_pending = 0
+        elif self._profiled:
             self._absorb(self._profiled)
         self.tuples_out += passed
         return out
@@ -205,6 +221,8 @@ class FilterStage:
         measure = self.costs.measured and self.batches % COST_SAMPLE_EVERY == 1
         order = reopt.order
         profiling = reopt.profiles and self.config.p > 0
+        if profiling and self._index_filters:
+            return self._run_index_filters(batch, size, measure)
         n_samples = n_alive = n_dead = before_prev = 0
         if profiling:
             start = clock()
@@ -264,6 +282,81 @@ class FilterStage:
             self._cost_ns += clock() - start
         self.last_evaluations = evaluated
         return sels, counts
+
+    def _run_index_filters(
+        self, batch: Batch, size: int, measure: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The main pass with drop profiling when every filter is an index probe: each
+        position's kernel call profiles the samples right after its selection (see
+        ``kernels.profile_view.select_in_index_profiled``), so that profiling adds no call per
+        position. The kernel counts the cycles of its profiling part, which are charged to
+        profile-tuple creation and not to the call's filter (nor to tuple processing)."""
+        reopt = self.reoptimizer
+        order = reopt.order
+        mode, column = reopt.mode, reopt.column
+        sels = self._sels
+        sels[0, :size] = self._rows[:size]
+        counts = np.zeros(self.n + 1, dtype=np.int64)
+        counts[0] = size
+        clock = time.perf_counter_ns
+        start = clock()
+        n_samples = start_profiles(
+            size, self.config.p, PROFILE_RUN, self._rng_state, self._samples,
+            self._dropped_at, self._bits,
+        )  # fmt: skip
+        self._profile_ns += clock() - start
+        samples, dropped_at, bits = self._samples, self._dropped_at, self._bits
+        extras, repeats = self.profile_evaluations, self.profile_repeats
+        ticks = self._ticks
+        ticks[0] = 0
+        scale = self._ns_per_cycle
+        timed: tuple[list[int], list[float], list[int]] = ([], [], [])
+        m = size
+        evaluated = 0
+        for k in range(self.n):
+            f = int(order[k])
+            predicate = self.predicates[f]
+            if measure:
+                start, before = clock(), int(ticks[0])
+            m_next = predicate.select_profiled(  # type: ignore[attr-defined]
+                batch, sels[k], m, sels[k + 1],
+                k, f, samples, n_samples, dropped_at, bits, mode, column, extras, repeats,
+                ticks,
+            )  # fmt: skip
+            if measure:
+                spent = clock() - start - (int(ticks[0]) - before) * scale
+                timed[0].append(f)
+                timed[1].append(spent)
+                timed[2].append(m)
+            self.evaluations[f] += m
+            evaluated += m
+            counts[k + 1] = m_next
+            m = m_next
+        self._profile_ns += int(ticks[0] * scale)
+        self._samples_pending = n_samples
+        if measure:
+            start = clock()
+            self.costs.record_many(*timed)
+            self._cost_ns += clock() - start
+        self.last_evaluations = evaluated
+        return sels, counts
+
+    def _absorb_samples(self, n_samples: int) -> None:
+        """Hand this batch's samples to the re-optimizer in one call (index filters)."""
+        reopt = self.reoptimizer
+        t0 = time.perf_counter_ns()
+        costs = self.costs.values()
+        self.ns["profile_window"] += time.perf_counter_ns() - t0
+        ns = reopt.ns
+        view_ns, violations_ns = ns["view_update"], ns["violations"]
+        m, changes = reopt.absorb_samples(
+            self._bits, self._dropped_at, n_samples, self.clock_ms(), costs
+        )
+        self.profile_tuples += m
+        self.ns["view_update"] += ns["view_update"] - view_ns
+        self.ns["violations"] += ns["violations"] - violations_ns
+        for change in changes:
+            self._report(change)
 
     def _absorb(self, m: int) -> None:
         """Hand this batch's profile tuples to the re-optimizer, which may reorder."""

@@ -196,3 +196,44 @@ def test_index_probe_filters_on_the_section_9_workload(algorithm: str) -> None:
         got = out[0].ts if out else np.zeros(0, np.int64)
         assert np.array_equal(got, batch.ts[expected])
     assert stage.tuples_in == 30_000
+
+
+@pytest.mark.parametrize("algorithm", ["agreedy", "sweep", "independent", "localswaps"])
+def test_index_filters_profile_as_the_per_position_path_does(algorithm: str) -> None:
+    """Index-probe filters profile inside the main pass's kernel calls: same samples, same
+    profile tuples, same orders and evaluation counts as the per-position path of other
+    filter kinds, which looks the drop positions up in the main pass's selections."""
+    from processors.bench.filters import workload_predicates
+    from processors.workloads.filters import FilterWorkload, FilterWorkloadRun
+
+    def stage_on(run: FilterWorkloadRun, fused: bool) -> FilterStage:
+        stage = FilterStage(
+            workload_predicates(run),
+            OrderingConfig(
+                algorithm, profile_probability=0.05, window_tuples=200, costs=(1.0,) * 5, seed=5
+            ),
+        )
+        assert stage._index_filters  # the workload's filters take the one-call path
+        stage._index_filters = fused
+        return stage
+
+    workload = FilterWorkload(n=5, costs=(1, 2, 1, 1, 1), change_every=5_000, seed=9)
+    runs = [FilterWorkloadRun(workload), FilterWorkloadRun(workload)]
+    stages = [stage_on(runs[0], True), stage_on(runs[1], False)]
+    for _ in range(10):
+        outs = []
+        for run, stage in zip(runs, stages, strict=True):
+            batch, passes = run.next_batch(3_000)
+            out = stage.process(batch)
+            outs.append(out[0].ts.tolist() if out else [])
+            assert outs[-1] == batch.ts[passes.all(axis=1)].tolist()
+        assert outs[0] == outs[1]
+        fused, plain = stages
+        assert fused.order == plain.order
+        assert fused.profile_tuples == plain.profile_tuples
+        assert fused.profile_evaluations.tolist() == plain.profile_evaluations.tolist()
+        w1, w2 = fused.reoptimizer.window, plain.reoptimizer.window
+        assert w1.bits[w1.live_rows()].tolist() == w2.bits[w2.live_rows()].tolist()
+        assert fused.reoptimizer.view.tolist() == plain.reoptimizer.view.tolist()
+    assert stages[0].changes_total == stages[1].changes_total > 0
+    assert stages[0].profile_tuples > 0

@@ -112,7 +112,7 @@ def test_truth_is_what_probing_the_indexes_returns(
             out = np.empty(size, np.int64)
             hits = np.zeros(1, np.int64)
             m = select_in_index(
-                col, index.keys, index.counts, index.mask, run.probes[i], sel, size, out, hits
+                col, index.keys, index.mask, index.zero_slot, run.probes[i], sel, size, out, hits
             )
             assert out[:m].tolist() == np.flatnonzero(passes[:, i]).tolist()
     after = [ix.keys for ix in run.indexes]

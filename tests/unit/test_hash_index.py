@@ -39,6 +39,9 @@ def check_table(index: HashIndex, oracle: Counter[int]) -> None:
     assert index.total == sum(live.values())
     assert len(live) <= size * MAX_LOAD
     assert index.nbytes == keys.nbytes + counts.nbytes
+    # probes read keys only: the slot of the key 0 is tracked, every other key-0 slot is empty
+    zero = [s for s in occupied.tolist() if keys[s] == 0]
+    assert index.zero_slot == (zero[0] if zero else -1)
 
 
 def apply_deletes(oracle: Counter[int], batch: list[int]) -> int | None:
@@ -212,14 +215,14 @@ def test_select_in_index_matches_a_set(seed: int) -> None:
     n = 3000
     out = np.full(rows, -1, np.int64)
     hits = np.full(1, -1, np.int64)
-    m = select_in_index(col, index.keys, index.counts, index.mask, 1, sel, n, out, hits)
+    m = select_in_index(col, index.keys, index.mask, index.zero_slot, 1, sel, n, out, hits)
     expected = oracle_select(col, present, sel, n)
     assert 0 < m < n
     assert out[:m].tolist() == expected
     assert hits[0] == 0
     # in place: out aliases sel
     sel2 = sel.copy()
-    m2 = select_in_index(col, index.keys, index.counts, index.mask, 1, sel2, n, sel2, hits)
+    m2 = select_in_index(col, index.keys, index.mask, index.zero_slot, 1, sel2, n, sel2, hits)
     assert sel2[:m2].tolist() == expected
 
 
@@ -239,9 +242,9 @@ def test_more_probes_select_the_same_rows_and_really_probe(probes: int) -> None:
     out1 = np.empty(n, np.int64)
     outc = np.empty(n, np.int64)
     hits = np.zeros(1, np.int64)
-    m1 = select_in_index(col, index.keys, index.counts, index.mask, 1, sel, n, out1, hits)
+    m1 = select_in_index(col, index.keys, index.mask, index.zero_slot, 1, sel, n, out1, hits)
     assert hits[0] == 0
-    mc = select_in_index(col, index.keys, index.counts, index.mask, probes, sel, n, outc, hits)
+    mc = select_in_index(col, index.keys, index.mask, index.zero_slot, probes, sel, n, outc, hits)
     assert mc == m1 and outc[:mc].tolist() == out1[:m1].tolist()
     assert out1[:m1].tolist() == oracle_select(col, present, sel, n)
     assert hits[0] == oracle_extra_hits(col, present, sel, n, probes) >= 300
@@ -255,7 +258,7 @@ def test_empty_inputs() -> None:
     assert len(index) == 0 and index.total == 0 and index.count(0) == 0
     hits = np.zeros(1, np.int64)
     empty = np.zeros(0, np.int64)
-    m = select_in_index(empty, index.keys, index.counts, index.mask, 3, empty, 0, empty, hits)
+    m = select_in_index(empty, index.keys, index.mask, index.zero_slot, 3, empty, 0, empty, hits)
     assert m == 0
     with pytest.raises(TypeError, match="integers"):
         index.insert_many(np.array([1.5]))

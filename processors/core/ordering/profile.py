@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from processors.kernels.profile_view import record_costs
+
 
 class ProfileWindow:
     """A ring buffer of profile tuples; ``bits[t, f] == 1`` when filter ``f`` dropped tuple t.
@@ -81,9 +83,13 @@ class CostEstimates:
         self.next = np.zeros(n_filters, dtype=np.int64)
         self.call_overhead_ns = call_overhead_ns
         self.min_tuples = min_tuples
-        self.sum_ns = np.zeros(n_filters, dtype=np.float64)  # running sums over the ring
-        self.sum_tuples = np.zeros(n_filters, dtype=np.float64)
-        self._values: np.ndarray | None = None
+        self.sums = np.zeros((2, n_filters), dtype=np.float64)  # ns and tuples over each ring
+        self._values = np.ones(n_filters, dtype=np.float64)
+        # one kernel call records and averages (a few numpy calls per batch cost more than
+        # the main pass of a small batch spends on a filter)
+        self._f = np.zeros(n_filters, dtype=np.int64)
+        self._ns = np.zeros(n_filters, dtype=np.float64)
+        self._m = np.zeros(n_filters, dtype=np.float64)
 
     @property
     def measured(self) -> bool:
@@ -94,29 +100,24 @@ class CostEstimates:
 
     def record_many(self, filters: list[int], ns: list[float], tuples: list[int]) -> None:
         """One timed call per entry: filter id, nanoseconds, tuples evaluated."""
-        if self.fixed is not None:
+        if self.fixed is not None or not filters:
             return
-        for f, t, m in zip(filters, ns, tuples, strict=True):
-            if m < self.min_tuples:
-                continue
-            slot = self.next[f] % self.ns.shape[1]
-            work = max(t - self.call_overhead_ns, 0.0)
-            self.sum_ns[f] += work - self.ns[f, slot]
-            self.sum_tuples[f] += m - self.tuples[f, slot]
-            self.ns[f, slot] = work
-            self.tuples[f, slot] = m
-            self.next[f] += 1
-        self._values = None
+        k = len(filters)
+        if k > len(self._f):
+            self._f = np.zeros(k, dtype=np.int64)
+            self._ns = np.zeros(k, dtype=np.float64)
+            self._m = np.zeros(k, dtype=np.float64)
+        self._f[:k] = filters
+        self._ns[:k] = ns
+        self._m[:k] = tuples
+        record_costs(
+            self.ns, self.tuples, self.next, self.sums, self._f, self._ns, self._m, k,
+            float(self.call_overhead_ns), float(self.min_tuples), self._values,
+        )  # fmt: skip
 
     def values(self) -> np.ndarray:
-        """a_i per filter id; a filter never timed gets the mean of the timed ones (or 1)."""
+        """a_i per filter id; a filter never timed gets the mean of the timed ones (or 1).
+        The array is updated in place by later records: copy it to keep it."""
         if self.fixed is not None:
             return self.fixed
-        if self._values is None:
-            timed = self.sum_tuples > 0
-            out = np.ones(len(self.sum_tuples), dtype=np.float64)
-            if timed.any():
-                out[timed] = np.maximum(self.sum_ns[timed] / self.sum_tuples[timed], 1e-3)
-                out[~timed] = out[timed].mean()
-            self._values = out
         return self._values

@@ -26,14 +26,20 @@ from processors.kernels.profile_view import (
     DIAGONAL_AND_COLUMN,
     FIRST_ROW,
     FULL,
+    PATTERN_MAX_N,
     TWO_DIAGONALS,
+    absorb_samples,
     find_violation,
     greedy_correct,
     hist_rebuild,
+    ns_per_cycle,
     view_from_hist,
+    view_from_patterns,
     view_row,
     window_absorb,
 )
+
+NO_PATTERNS = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,12 @@ class Reoptimizer:
         self.view = np.zeros((n_filters, n_filters), dtype=np.int64)
         # profile tuples by (drop position, dropping position): the view is its running sums
         self.hist = np.zeros((n_filters, n_filters), dtype=np.int64)
+        # or, for few filters, live profile tuples by bit pattern (kernels.profile_view)
+        self.patterns = (
+            np.zeros(1 << n_filters, dtype=np.int64) if n_filters <= PATTERN_MAX_N else NO_PATTERNS
+        )
         self.ns = {"profile_window": 0, "view_update": 0, "violations": 0}
+        self._ticks = np.zeros(3, dtype=np.int64)
         self.checks = 0
         self.violations = 0
 
@@ -113,7 +124,7 @@ class Reoptimizer:
         window_absorb(
             window.bits, window.ts, window.state, np.ascontiguousarray(bits, dtype=np.uint8),
             len(bits), now_ms, window.window_ms or 0, self.hist, self.view, self.order,
-            self.mode, self.column,
+            self.mode, self.column, self.patterns,
         )  # fmt: skip
         window.inserted_total += len(bits)
         self.ns["view_update"] += time.perf_counter_ns() - t0
@@ -122,20 +133,68 @@ class Reoptimizer:
     def reoptimize(self, costs: np.ndarray) -> list[OrderChange]:
         """Detect a violation of the invariant (with thrash avoidance, eq. 4) and correct it."""
         t0 = time.perf_counter_ns()
-        changes: list[OrderChange] = []
+        position = None
         if len(self.window) >= self.config.min_profile_tuples:
             self.checks += 1
             position = self.violation(costs)
-            if position is not None:
-                self.violations += 1
-                before = tuple(int(f) for f in self.order)
-                reason = self.correct(position, costs)
-                after = tuple(int(f) for f in self.order)
-                self._sync_histogram()
-                if after != before:
-                    changes.append(OrderChange(before, after, position, reason))
-        changes.extend(self.after_check())
+        changes = self._correct_at(position, costs)
         self.ns["violations"] += time.perf_counter_ns() - t0
+        return changes
+
+    def absorb_samples(
+        self,
+        bits: np.ndarray,
+        dropped_at: np.ndarray,
+        n_samples: int,
+        now_ms: int,
+        costs: np.ndarray,
+    ) -> tuple[int, list[OrderChange]]:
+        """``absorb`` for a batch's drop-profiling samples as the filter stage leaves them
+        (``bits[:n_samples]`` and each sample's drop position, n: not dropped), in one kernel
+        call with violation detection (``kernels.profile_view.absorb_samples``): after a
+        cheap main pass, every call and Python step per batch shows. The kernel times its
+        parts. Returns (profile tuples inserted, order changes)."""
+        if not self.profiles:
+            return 0, []
+        window = self.window
+        check = (
+            self.n >= 2
+            and type(self).violation is Reoptimizer.violation
+            and window.size + n_samples >= self.config.min_profile_tuples
+        )
+        ticks = self._ticks
+        ticks[:] = 0
+        m, found = absorb_samples(
+            dropped_at, n_samples, bits, window.bits, window.ts, window.state, now_ms,
+            window.window_ms or 0, self.hist, self.view, self.order, self.mode, self.column,
+            self.patterns, check, costs, self.alpha, self.parents, ticks,
+        )  # fmt: skip
+        window.inserted_total += m
+        scale = ns_per_cycle()
+        self.ns["view_update"] += int((ticks[0] + ticks[1]) * scale)
+        t0 = time.perf_counter_ns()
+        position = None
+        if check and len(window) >= self.config.min_profile_tuples:
+            self.checks += 1
+            position = None if found < 0 else int(found)
+        elif len(window) >= self.config.min_profile_tuples:  # a variant's own detection
+            self.checks += 1
+            position = self.violation(costs)
+        changes = self._correct_at(position, costs)
+        self.ns["violations"] += int(ticks[2] * scale) + time.perf_counter_ns() - t0
+        return m, changes
+
+    def _correct_at(self, position: int | None, costs: np.ndarray) -> list[OrderChange]:
+        changes: list[OrderChange] = []
+        if position is not None:
+            self.violations += 1
+            before = tuple(self.order.tolist())
+            reason = self.correct(position, costs)
+            after = tuple(self.order.tolist())
+            self._sync_histogram()
+            if after != before:
+                changes.append(OrderChange(before, after, position, reason))
+        changes.extend(self.after_check())
         return changes
 
     def violation(self, costs: np.ndarray) -> int | None:
@@ -151,8 +210,10 @@ class Reoptimizer:
         return []
 
     def _sync_histogram(self) -> None:
-        """After a reorder: the histogram for the new order (the view's kept rows were
-        recomputed by the correction itself; the rest follow from the histogram)."""
+        """After a reorder: the view (and histogram) for the new order."""
+        if len(self.patterns):
+            view_from_patterns(self.patterns, self.order, self.view, self.mode, self.column)
+            return
         hist_rebuild(self.hist, self.order, self.window.bits, self.window.live_rows())
         view_from_hist(self.hist, self.view, self.mode, self.column)
 
@@ -167,6 +228,7 @@ class Reoptimizer:
         self.window.clear()
         self.view[:] = 0
         self.hist[:] = 0
+        self.patterns[:] = 0
 
     def ratios(self, costs: np.ndarray) -> np.ndarray:
         """V[r, c] / a_{f(c)}: conditional drop counts per unit of processing time."""
@@ -186,15 +248,11 @@ class AGreedy(Reoptimizer):
     def correct(self, position: int, costs: np.ndarray) -> str:
         """Fig. 5 (see ``greedy_correct``)."""
         before = self.order.copy()
+        rows = NO_PATTERNS if len(self.patterns) else self.window.live_rows()
         greedy_correct(
-            self.view,
-            self.order,
-            self.window.bits,
-            self.window.live_rows(),
-            costs,
-            position,
-            self.parents,
-        )
+            self.view, self.order, self.window.bits, rows, costs, position, self.parents,
+            self.patterns,
+        )  # fmt: skip
         moved = [int(f) for k, f in enumerate(self.order) if f != before[k]]
         return f"greedy invariant violated at position {position}; reordered {moved}"
 
