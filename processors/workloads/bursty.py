@@ -6,7 +6,8 @@ packets continuously, one every ``1 / rate`` (at a uniformly random phase, so th
 length d sends d * rate packets on average), for a Pareto-distributed duration (density
 alpha k^alpha x^(-alpha-1), x >= k; the paper's k = 1, alpha = 2.3). The arrival sequence is
 the union of all flows' packets. Everything is vectorised with numpy and is a deterministic
-function of the seed (``numpy.random.default_rng(seed)``).
+function of the seed (one ``numpy.random.default_rng([seed, i])`` stream each for the flow
+starts, the phases and the durations, so that a longer run begins with the same flows).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class OnOffWorkload:
     def flows(self, duration: float) -> tuple[np.ndarray, np.ndarray]:
         """(start, length) of every flow starting in [0, duration)."""
         duration = _check_positive(duration, "duration")
-        rng = np.random.default_rng(self.seed)
+        # one stream per quantity, so that a longer run starts with the same flows
+        rng = np.random.default_rng([self.seed, 0])
         expected = duration / self.mean_interarrival
         gaps = rng.exponential(self.mean_interarrival, int(expected + 6 * math.sqrt(expected) + 16))
         starts = np.cumsum(gaps)
@@ -75,7 +77,9 @@ class OnOffWorkload:
             starts = np.concatenate([starts, starts[-1] + np.cumsum(more)])
         starts = starts[starts < duration]
         # numpy's pareto is the Lomax (Pareto II) law; (X + 1) k is the classical Pareto
-        lengths = (rng.pareto(self.alpha, len(starts)) + 1.0) * self.k
+        lengths = (
+            np.random.default_rng([self.seed, 2]).pareto(self.alpha, len(starts)) + 1
+        ) * self.k
         return starts, lengths
 
     def arrivals(self, duration: float) -> np.ndarray:

@@ -23,7 +23,12 @@ from processors.core.scheduling.paths import (
     stats_and_rates,
     window_join_stats,
 )
-from processors.core.scheduling.plan import SchedulingPlan, plan_from_charts
+from processors.core.scheduling.plan import (
+    SchedulingPlan,
+    chart_remaining_times,
+    merge_plans,
+    plan_from_charts,
+)
 from processors.core.scheduling.policies import (
     POLICIES,
     Policy,
@@ -55,12 +60,14 @@ __all__ = [
     "WindowJoin",
     "chains",
     "chart_from_points",
+    "chart_remaining_times",
     "clip_envelope",
     "envelope_gaps",
     "greedy_priorities",
     "join_stats",
     "lower_envelope",
     "make_policy",
+    "merge_plans",
     "operator_priorities",
     "plan_from_charts",
     "progress_chart",

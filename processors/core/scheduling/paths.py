@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from numbers import Real
 
 from processors.core.scheduling.plan import SchedulingPlan
+from processors.core.scheduling.progress import ratio
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ def join_stats(
     total = sum(rates)
     if total <= 0:
         raise ValueError("a join's input rates are all zero: its (t, s) is undefined")
-    t = sum(lam * x for lam, x in zip(rates, times, strict=True)) / total
-    s = sum(lam * a for lam, a in zip(rates, alphas, strict=True)) / total
+    t = ratio(sum(lam * x for lam, x in zip(rates, times, strict=True)), total)
+    s = ratio(sum(lam * a for lam, a in zip(rates, alphas, strict=True)), total)
     return t, s
 
 

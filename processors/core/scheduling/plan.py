@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
 
-from processors.core.scheduling.progress import Point, chart_from_points, progress_chart
+from processors.core.scheduling.progress import Point, chart_from_points, progress_chart, ratio
 
 
 @dataclass
@@ -149,6 +149,22 @@ class SchedulingPlan:
         return sum(self.stats[o][0] for o in self.downstream(op))
 
 
+def chart_remaining_times(plan: SchedulingPlan) -> dict[str, Real]:
+    """Per operator, ``t_m - t_i`` of its path's progress chart: the processing a memory unit
+    at its input still needs to leave the system (the largest over the paths through it).
+    This is Chain-Flush's p_q for a simulator whose "tuple" is a unit of memory (Sect. 3);
+    :func:`plan_from_charts` sets it, plans built from statistics can take it with
+    ``plan.remaining_time = chart_remaining_times(plan)``."""
+    out: dict[str, Real] = {}
+    for path, ops in plan.paths.items():
+        pts = plan.chart(path)
+        end = pts[-1][0]
+        for i, op in enumerate(ops):
+            left = end - pts[i][0]
+            out[op] = left if op not in out else max(out[op], left)
+    return out
+
+
 def plan_from_charts(
     charts: Mapping[str, Sequence[Point]],
     query_of: Mapping[str, str] | None = None,
@@ -172,7 +188,7 @@ def plan_from_charts(
                     f"path {path!r}: operator {i} receives nothing (size 0 at point {i}); "
                     "drop the operators after a selectivity-0 one"
                 )
-            stats[name] = ((t1 - t0) / s0, s1 / s0)
+            stats[name] = (ratio(t1 - t0, s0), ratio(s1, s0))
             remaining[name] = pts[-1][0] - t0
         paths[path] = names
         points[path] = pts
@@ -186,3 +202,28 @@ def plan_from_charts(
     )
     plan.validate()
     return plan
+
+
+def merge_plans(plans: Sequence[SchedulingPlan]) -> SchedulingPlan:
+    """One plan of several plans' queries (Sect. 6.1.4: several queries on one processor).
+    Paths, operators and queries must not clash: every stream feeds one query (Sect. 2)."""
+    out = SchedulingPlan(paths={}, stats={})
+    for plan in plans:
+        plan.validate()
+        for path in plan.paths:
+            if path in out.paths:
+                raise ValueError(f"path {path!r} is in two of the plans being merged")
+        for op in plan.stats:
+            if op in out.stats:
+                raise ValueError(f"operator {op!r} is in two of the plans being merged")
+        for q in plan.queries():
+            if q in out.queries():
+                raise ValueError(f"query {q!r} is in two of the plans being merged")
+        out.paths.update(plan.paths)
+        out.stats.update(plan.stats)
+        out.query_of.update({p: plan.query(p) for p in plan.paths})
+        out.latency_threshold.update(plan.latency_threshold)
+        out.points.update(plan.points)
+        out.remaining_time.update(plan.remaining_time)
+    out.validate()
+    return out

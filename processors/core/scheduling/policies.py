@@ -71,6 +71,12 @@ class Policy:
         plan.validate()
         self.plan = plan
         self._order = {op: i for i, op in enumerate(plan.operators())}
+        n = len(self._order)
+        # ties between heads that arrived together: the operator closest to its output first,
+        # then plan order (one integer per operator)
+        self._downstream_first = {
+            op: len(plan.downstream(op)) * n + i for op, i in self._order.items()
+        }
         self._prepare()
 
     def _prepare(self) -> None:
@@ -109,8 +115,10 @@ def _jsonable(value: Any) -> Any:
 
 
 class _Ranked(Policy):
-    """A static priority per operator (higher first); ties to the oldest head tuple, then to
-    plan order."""
+    """A static priority per operator (higher first); ties to the oldest head tuple (Sect. 4.1:
+    the earliest arrival), then to the operator closest to its output (of two tuples that
+    arrived together the one further along goes on, so that at most one is in the middle of
+    a segment, Proposition 2), then to plan order."""
 
     def _priority_map(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -119,10 +127,8 @@ class _Ranked(Policy):
         self._prio = self._priority_map()
         levels = sorted(set(self._prio.values()), reverse=True)
         level_rank = {v: i for i, v in enumerate(levels)}
-        n = len(self._order)
-        # rank * n + plan order: one integer, the plan order breaking ties after head arrival
         self._rank = {op: level_rank[p] for op, p in self._prio.items()}
-        self._tiebreak = {op: self._rank[op] * n + self._order[op] for op in self._prio}
+        self._tiebreak = self._downstream_first
 
     def choose(self, now: float, ready: Sequence[ReadyOperator]) -> str | None:
         rank = self._rank
@@ -215,13 +221,14 @@ class Greedy(_Ranked):
 
 
 class Fifo(Policy):
-    """FIFO (Sect. 4.2): the operator holding the oldest tuple; that tuple, being the furthest
-    along, is processed to completion before the next one starts."""
+    """FIFO (Sect. 4.2): the operator holding the oldest tuple, so that tuple is processed to
+    completion before the next one starts; between tuples that arrived at the same time, the
+    one closest to its output goes first, for the same reason."""
 
     name = "fifo"
 
     def choose(self, now: float, ready: Sequence[ReadyOperator]) -> str | None:
-        order = self._order
+        order = self._downstream_first
         best = None
         bh = 0.0
         bo = 0

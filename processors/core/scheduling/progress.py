@@ -15,12 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Real
+from fractions import Fraction
+from numbers import Integral, Real
 
 Point = tuple[Real, Real]
 
-# two derivatives this close (relative) are a tie, resolved to the smaller index (Sect. 3,
-# footnote 2): charts rebuilt from measured statistics carry float rounding
+# two float derivatives this close (relative) are a tie, resolved to the smaller index (Sect. 3,
+# footnote 2): charts rebuilt from measured statistics carry float rounding; exact numbers
+# (ints, Fractions) are compared exactly
 TIE_RTOL = 1e-9
 
 
@@ -111,11 +113,26 @@ def _chart(points: Sequence[Point]) -> list[Point]:
     return progress_chart(points)
 
 
+def ratio(num: Real, den: Real) -> Real:
+    """num / den, a Fraction when both are integers (so that integer charts stay exact)."""
+    if isinstance(num, Integral) and isinstance(den, Integral):
+        return Fraction(int(num), int(den))
+    return num / den
+
+
 def _slope(a: Point, b: Point) -> Real:
     """-(s_b - s_a) / (t_b - t_a); 0 between two points at the same time (a zero-size
     tail, which only charts built from a selectivity-0 operator have)."""
     dt = b[0] - a[0]
-    return (a[1] - b[1]) / dt if dt else 0
+    return ratio(a[1] - b[1], dt) if dt else 0
+
+
+def _steeper(d: Real, best: Real) -> bool:
+    """d is strictly steeper than best: exactly for exact numbers (ints, Fractions), within
+    TIE_RTOL (a tie) when either is a float."""
+    if isinstance(d, float) or isinstance(best, float):
+        return d > best + TIE_RTOL * abs(best)
+    return d > best
 
 
 def lower_envelope(points: Sequence[Point]) -> list[int]:
@@ -133,7 +150,7 @@ def lower_envelope(points: Sequence[Point]) -> list[int]:
             best_j, best = i + 1, _slope(pts[i], pts[i + 1])
             for j in range(i + 2, m + 1):
                 d = _slope(pts[i], pts[j])
-                if d > best + TIE_RTOL * abs(best):
+                if _steeper(d, best):
                     best_j, best = j, d
             i = best_j
         out.append(i)
@@ -202,7 +219,7 @@ def clip_envelope(segments: Sequence[Segment], gamma: Real) -> list[Segment]:
                 Segment(
                     first_op=a.first_op,
                     last_op=b.last_op,
-                    slope=(a.s_start - b.s_end) / dt if dt else 0,
+                    slope=ratio(a.s_start - b.s_end, dt) if dt else 0,
                     t_start=a.t_start,
                     s_start=a.s_start,
                     t_end=b.t_end,

@@ -40,6 +40,7 @@ import numpy as np
 
 from processors.core.scheduling.plan import SchedulingPlan
 from processors.core.scheduling.policies import Policy, ReadyOperator, make_policy
+from processors.core.scheduling.progress import ratio
 
 
 @dataclass
@@ -88,7 +89,7 @@ class SimResult:
     @property
     def mean_latency(self) -> Any:
         lat = self.latencies
-        return sum(lat) / len(lat) if lat else 0
+        return ratio(sum(lat), len(lat)) if lat else 0
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,7 @@ def simulate(
         if not ready_map:
             if next_arr == inf:
                 break
-            now = next_arr
+            now = next_arr if until is None or next_arr <= until else until
             continue
         op = policy.choose(now, list(ready_map.values()))
         res.decisions += 1
