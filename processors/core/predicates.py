@@ -164,20 +164,6 @@ class InIndex(Predicate):
             self._hits,
         )
 
-    def select_profiled(
-        self, batch: Batch, sel: np.ndarray, n: int, out: np.ndarray, *profiling: Any
-    ) -> int:
-        """``select``, then drop profiling of the sampled rows at this position in the same
-        kernel call (``profiling``: the trailing arguments of
-        ``kernels.profile_view.select_in_index_profiled``)."""
-        from processors.kernels.profile_view import select_in_index_profiled
-
-        idx = self.index
-        return select_in_index_profiled(
-            self._col(batch), idx.keys, idx.mask, idx.zero_slot, self.probes, sel, n, out,
-            self._hits, *profiling,
-        )
-
 
 def from_plan_filter(flt: Filter, info: FieldInfo) -> Predicate:
     """The predicate of one of the query's filters (constants already checked by the plan)."""

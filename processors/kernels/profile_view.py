@@ -451,11 +451,12 @@ def finish_profiles(dropped_at, n_samples, order, bits):  # type: ignore[no-unty
     return kept
 
 
-# -- profiling inside the main pass's index probes ---------------------------------------------
-# When every filter probes a hash index (the filters of Section 9), the stage profiles in the
-# same kernel call as each position's main-pass selection, right after it, while the index is
-# warm: no call of its own per position (each call costs ~1-5 us after the main pass has swept
-# the caches), and no lookups of the samples' drop positions in the main pass's selections.
+# -- main pass and profiling of index-probe filters in one call --------------------------------
+# When every filter probes a hash index (the filters of Section 9), the whole main pass runs in
+# one kernel call (a Python-level call per position costs several microseconds after the pass
+# has swept the caches: at ~6 ns per probe that is the price of a thousand tuples), and each
+# position profiles the samples right after its selection, while the index is warm, without
+# lookups of the samples' drop positions in the main pass's selections.
 # Instead every sample still undropped is evaluated at each position again (it repeats what
 # the main pass did, on the index it just warmed); the first filter that fails is its drop
 # position. Samples dropped earlier are evaluated on the positions their variant profiles
@@ -468,6 +469,8 @@ def finish_profiles(dropped_at, n_samples, order, bits):  # type: ignore[no-unty
 def start_profiles(size, p, run, state, samples, dropped_at, bits):  # type: ignore[no-untyped-def]
     """Sample rows (:func:`sample_rows`), mark them undropped (``dropped_at`` = n) and clear
     their bits. Returns how many rows were sampled."""
+    if p <= 0.0:
+        return 0
     n_samples = sample_rows(size, p, run, state, samples)
     n = bits.shape[1]
     for s in range(n_samples):
@@ -477,22 +480,17 @@ def start_profiles(size, p, run, state, samples, dropped_at, bits):  # type: ign
     return n_samples
 
 
-@njit(cache=True)
-def select_in_index_profiled(  # type: ignore[no-untyped-def]
-    col, keys, mask, zero_slot, probes, sel, n, out, hits,
-    k, f, samples, n_samples, dropped_at, bits, mode, j, extras, repeats, ticks,
+@njit(cache=True, inline="always")
+def _profile_position(  # type: ignore[no-untyped-def]
+    col, keys, mask, zero_slot, probes, k, f, samples, n_samples, dropped_at, bits, mode, j,
+    extras, repeats,
 ):
-    """``select_in_index`` for filter ``f`` at position ``k``, then its profiling: samples
-    ``samples[:n_samples]`` (rows) not yet dropped find out whether ``f`` drops them
-    (``dropped_at[s] = k``), and those dropped earlier are evaluated on ``f`` if the variant
-    ``mode`` profiles position ``k`` for them (``j``: Sweep's profiled position);
-    ``bits[s, f] = 1`` when ``f`` drops sample ``s``. ``extras[f]`` counts the evaluations
-    after a sample's drop position (Section 4.4's n - i), ``repeats[f]`` the others.
-    ``ticks[0]`` accumulates the profiling's :func:`cycles`.
-    Returns how many of ``sel[:n]`` passed (written to ``out``).
-    """
-    m = select_in_index(col, keys, mask, zero_slot, probes, sel, n, out, hits)
-    t0 = cycles()
+    """Position ``k`` (filter ``f``) of the profiling of samples ``samples[:n_samples]`` (rows):
+    those not yet dropped find out whether ``f`` drops them (``dropped_at[s] = k``), and those
+    dropped earlier are evaluated on ``f`` if the variant ``mode`` profiles position ``k`` for
+    them (``j``: Sweep's profiled position); ``bits[s, f] = 1`` when ``f`` drops sample ``s``.
+    ``extras[f]`` counts the evaluations after a sample's drop position (Section 4.4's n - i),
+    ``repeats[f]`` the others. Returns the extra probes' hits (see ``select_in_index``)."""
     width = bits.shape[1]
     extra = 0
     dead = 0
@@ -510,43 +508,96 @@ def select_in_index_profiled(  # type: ignore[no-untyped-def]
             dropped_at[s] = d if gone or ok else k
         extras[f] += dead
         repeats[f] += n_samples - dead
-    else:
-        for s in range(n_samples):
-            d = dropped_at[s]
-            if d < width:
-                if mode == TWO_DIAGONALS and k != d + 1:
-                    continue
-                if mode == DIAGONAL_AND_COLUMN and k != j:
-                    continue
-                extras[f] += 1
-            else:
-                repeats[f] += 1
-            key = col[samples[s]]
-            ok = index_contains(keys, mask, zero_slot, key)
-            for q in range(1, probes):
-                extra += index_contains(keys, mask, zero_slot, probe_key(key, q))
-            if not ok:
-                bits[s, f] = 1
-                if d == width:
-                    dropped_at[s] = k
-    hits[0] += extra
-    ticks[0] += cycles() - t0
+        return extra
+    for s in range(n_samples):
+        d = dropped_at[s]
+        if d < width:
+            if mode == TWO_DIAGONALS and k != d + 1:
+                continue
+            if mode == DIAGONAL_AND_COLUMN and k != j:
+                continue
+            extras[f] += 1
+        else:
+            repeats[f] += 1
+        key = col[samples[s]]
+        ok = index_contains(keys, mask, zero_slot, key)
+        for q in range(1, probes):
+            extra += index_contains(keys, mask, zero_slot, probe_key(key, q))
+        if not ok:
+            bits[s, f] = 1
+            if d == width:
+                dropped_at[s] = k
+    return extra
+
+
+@njit(cache=True)
+def run_index_filters(  # type: ignore[no-untyped-def]
+    cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
+    p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+):
+    """The main pass of a conjunction of index-probe filters in one call, with its drop
+    profiling. Position k runs ``select_in_index`` for filter ``order[k]`` over ``sels[k]``
+    (``counts[k]`` rows) into ``sels[k + 1]``; ``evaluations[f]`` and ``main_cycles[f]`` (its
+    :func:`cycles`, for the cost estimates a_i) grow by what it did. ``cols``, ``keys``,
+    ``masks``, ``zeros`` and ``probes`` are per filter id (tuples of the probed columns and of
+    the indexes' arrays, see ``hash_index.index_contains``).
+
+    With ``p`` > 0, rows are sampled first (:func:`start_profiles`, ``run``, ``state``) and
+    each position profiles them right after its selection, while its index is warm
+    (:func:`_profile_position`); ``ticks[0]`` gets the profiling's cycles and ``ticks[1]``
+    the number of samples (their bits and drop positions are ``bits`` and ``dropped_at``).
+    Without samples the pass stops at the first empty selection.
+    """
+    n = order.shape[0]
+    t0 = cycles()
+    n_samples = 0
+    if p > 0.0:
+        n_samples = start_profiles(size, p, run, state, samples, dropped_at, bits)
+    profiled = cycles() - t0
+    counts[0] = size
+    m = size
+    extra = 0
+    for k in range(n):
+        f = order[k]
+        if m == 0 and n_samples == 0:
+            counts[k + 1] = 0
+            continue
+        t0 = cycles()
+        m_next = select_in_index(
+            cols[f], keys[f], masks[f], zeros[f], probes[f], sels[k], m, sels[k + 1], hits
+        )
+        t1 = cycles()
+        extra += hits[0]
+        main_cycles[f] += t1 - t0
+        evaluations[f] += m
+        counts[k + 1] = m_next
+        m = m_next
+        if n_samples:
+            extra += _profile_position(
+                cols[f], keys[f], masks[f], zeros[f], probes[f], k, f, samples, n_samples,
+                dropped_at, bits, mode, j, extras, repeats,
+            )  # fmt: skip
+            profiled += cycles() - t1
+    hits[0] = extra
+    ticks[0] = profiled
+    ticks[1] = n_samples
     return m
 
 
 @njit(cache=True)
 def absorb_samples(  # type: ignore[no-untyped-def]
     dropped_at, n_samples, bits, ring, ring_ts, state, now_ms, window_ms, hist, view, order,
-    mode, j, patterns, check, costs, alpha, parent, ticks,
+    mode, j, patterns, check, costs, alpha, parent, correct, before,
 ):
     """The rest of a batch's profiling and re-optimization in one call: keep the dropped
     samples' bit rows (:func:`finish_profiles`), put them in the window with the view
-    (:func:`window_absorb`) and, if ``check``, look for a violation (:func:`find_violation`).
-    ``ticks`` gets the :func:`cycles` of the three parts. Returns (profile tuples, position
-    of the violation or -1)."""
+    (:func:`window_absorb`) and, if ``check``, look for a violation (:func:`find_violation`);
+    with ``correct`` (A-Greedy), correct it at once (:func:`greedy_correct`, then the view for
+    the new order), keeping the old order in ``before``. Returns (profile tuples, position of
+    the violation or -1, window size, :func:`cycles` spent on the window and view, cycles
+    spent on violations)."""
     t0 = cycles()
     m = finish_profiles(dropped_at, n_samples, order, bits)
-    t1 = cycles()
     window_absorb(
         ring, ring_ts, state, bits, m, now_ms, window_ms, hist, view, order, mode, j, patterns
     )
@@ -554,11 +605,22 @@ def absorb_samples(  # type: ignore[no-untyped-def]
     found = -1
     if check:
         found = find_violation(view, order, costs, alpha, mode, j, parent)
+    if found >= 0 and correct:
+        for k in range(order.shape[0]):
+            before[k] = order[k]
+        cap = ring.shape[0]
+        size = state[1] if patterns.shape[0] == 0 else 0
+        rows = np.empty(size, dtype=np.int64)
+        for k in range(size):
+            rows[k] = (state[0] + k) % cap
+        greedy_correct(view, order, ring, rows, costs, found, parent, patterns)
+        if patterns.shape[0] > 0:
+            view_from_patterns(patterns, order, view, mode, j)
+        else:
+            hist_rebuild(hist, order, ring, rows)
+            view_from_hist(hist, view, mode, j)
     t3 = cycles()
-    ticks[0] += t1 - t0
-    ticks[1] += t2 - t1
-    ticks[2] += t3 - t2
-    return m, found
+    return m, found, state[1], t2 - t0, t3 - t2
 
 
 @njit(cache=True)

@@ -30,8 +30,8 @@ from processors.kernels.profile_view import (
     mark_dropped,
     ns_per_cycle,
     profile_step,
+    run_index_filters,
     sample_rows,
-    start_profiles,
 )
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ BREAKDOWN = (
     "violations",
 )
 RECENT_CHANGES = 20
+LOG_EVERY_S = 10.0  # order changes logged at INFO at most this often (all at DEBUG)
 PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
 COST_SAMPLE_EVERY = 4  # time the filters on every 4th batch: a_i drifts slowly, clocks cost
 
@@ -88,9 +89,10 @@ class FilterStage:
             )
         order = None if initial_order is None else list(initial_order)
         self.reoptimizer = make_reoptimizer(self.n, self.config, order)
-        self.costs = CostEstimates(
-            self.n, self.config.cost_samples, self.config.costs, self._call_overhead_ns()
-        )
+        # a timed kernel call's own cost, subtracted from per-position timings (the one-call
+        # pass of index filters times each filter inside the kernel and needs none)
+        self._call_ns = self._call_overhead_ns()
+        self.costs = CostEstimates(self.n, self.config.cost_samples, self.config.costs)
         self.clock_ms = clock_ms
         # SplitMix64 counter for drop-profiling samples, seeded so that runs repeat
         self._rng_state = np.array([self.config.seed * 0x9E3779B97F4A7C15 % 2**64], np.uint64)
@@ -109,7 +111,12 @@ class FilterStage:
         self._hits = np.zeros(1, dtype=np.int64)
         # all filters index probes: profile a batch in one kernel call (see _profile_indexes)
         self._index_filters = self.n > 0 and all(type(p) is InIndex for p in self.predicates)
-        self._ticks = np.zeros(1, dtype=np.int64)  # cycles of profiling inside main-pass calls
+        # cycles of profiling inside main-pass calls, and the batch's number of samples
+        self._ticks = np.zeros(2, dtype=np.int64)
+        self._indexes = [getattr(p, "index", None) for p in self.predicates]
+        self._probes = tuple(int(getattr(p, "probes", 1)) for p in self.predicates)
+        self._batch_evals = np.zeros(self.n, dtype=np.int64)
+        self._main_cycles = np.zeros(self.n, dtype=np.int64)
         self._ns_per_cycle = ns_per_cycle() if self._index_filters else 0.0
         if self._index_filters and not self._ns_per_cycle:  # no cycle counter: per-position path
             self._index_filters = False
@@ -119,7 +126,10 @@ class FilterStage:
         self.ns = dict.fromkeys(BREAKDOWN, 0)
         self._cost_ns = 0  # time spent on a_i estimates during the current main pass
         self.changes_total = 0
-        self.recent_changes: deque[dict[str, Any]] = deque(maxlen=RECENT_CHANGES)
+        self._logged_at = -LOG_EVERY_S  # monotonic time of the last change logged at INFO
+        self._unlogged = 0
+        # (at tuple, time ms, change) of the last changes; stats() names the filters
+        self.recent_changes: deque[tuple[int, int, OrderChange]] = deque(maxlen=RECENT_CHANGES)
 
     @classmethod
     def from_plan(
@@ -184,7 +194,7 @@ class FilterStage:
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = 0
         if self._samples_pending:
-            self._absorb_samples(self._samples_pending)
+            self._absorb_samples(self._samples_pending, t2)
             self._samples_pending = 0
         elif self._profiled:
             self._absorb(self._profiled)
@@ -221,8 +231,10 @@ class FilterStage:
         measure = self.costs.measured and self.batches % COST_SAMPLE_EVERY == 1
         order = reopt.order
         profiling = reopt.profiles and self.config.p > 0
-        if profiling and self._index_filters:
-            return self._run_index_filters(batch, size, measure)
+        if self._index_filters:
+            cols = self._index_columns(batch)
+            if cols is not None:
+                return self._run_index_filters(cols, size, measure, profiling)
         n_samples = n_alive = n_dead = before_prev = 0
         if profiling:
             start = clock()
@@ -248,7 +260,7 @@ class FilterStage:
                 m_next = predicate.select(batch, sels[k], m, sels[k + 1])
                 if measure:
                     timed[0].append(f)
-                    timed[1].append(clock() - start)
+                    timed[1].append(max(clock() - start - self._call_ns, 0.0))
                     timed[2].append(m)
                 self.evaluations[f] += m
                 evaluated += m
@@ -283,80 +295,69 @@ class FilterStage:
         self.last_evaluations = evaluated
         return sels, counts
 
+    def _index_columns(self, batch: Batch) -> tuple[np.ndarray, ...] | None:
+        """The probed columns by filter id when all are int64 arrays (else None: the batch
+        takes the per-position path, whose kernels take any numeric column)."""
+        cols = []
+        for p in self.predicates:
+            col = batch.columns.get(p.column)
+            if not isinstance(col, np.ndarray) or col.dtype != np.int64 or col.ndim != 1:
+                return None
+            cols.append(col if col.flags.c_contiguous else np.ascontiguousarray(col))
+        return tuple(cols)
+
     def _run_index_filters(
-        self, batch: Batch, size: int, measure: bool
+        self, cols: tuple[np.ndarray, ...], size: int, measure: bool, profiling: bool
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The main pass with drop profiling when every filter is an index probe: each
-        position's kernel call profiles the samples right after its selection (see
-        ``kernels.profile_view.select_in_index_profiled``), so that profiling adds no call per
-        position. The kernel counts the cycles of its profiling part, which are charged to
-        profile-tuple creation and not to the call's filter (nor to tuple processing)."""
+        """The main pass of index-probe filters, and their drop profiling, in one kernel call
+        (``kernels.profile_view.run_index_filters``). The kernel counts the cycles of each
+        filter's selection (for a_i) and of the profiling (charged to profile-tuple creation,
+        not to tuple processing)."""
         reopt = self.reoptimizer
-        order = reopt.order
-        mode, column = reopt.mode, reopt.column
         sels = self._sels
         sels[0, :size] = self._rows[:size]
         counts = np.zeros(self.n + 1, dtype=np.int64)
-        counts[0] = size
-        clock = time.perf_counter_ns
-        start = clock()
-        n_samples = start_profiles(
-            size, self.config.p, PROFILE_RUN, self._rng_state, self._samples,
-            self._dropped_at, self._bits,
+        indexes = self._indexes
+        evals, cyc, ticks = self._batch_evals, self._main_cycles, self._ticks
+        evals[:] = 0
+        cyc[:] = 0
+        run_index_filters(
+            cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
+            tuple(ix.zero_slot for ix in indexes), self._probes, reopt.order, sels, size,
+            counts, evals, cyc, self.config.p if profiling else 0.0, PROFILE_RUN,
+            self._rng_state, self._samples, self._dropped_at, self._bits, reopt.mode,
+            reopt.column, self.profile_evaluations, self.profile_repeats, self._hits, ticks,
         )  # fmt: skip
-        self._profile_ns += clock() - start
-        samples, dropped_at, bits = self._samples, self._dropped_at, self._bits
-        extras, repeats = self.profile_evaluations, self.profile_repeats
-        ticks = self._ticks
-        ticks[0] = 0
         scale = self._ns_per_cycle
-        timed: tuple[list[int], list[float], list[int]] = ([], [], [])
-        m = size
-        evaluated = 0
-        for k in range(self.n):
-            f = int(order[k])
-            predicate = self.predicates[f]
-            if measure:
-                start, before = clock(), int(ticks[0])
-            m_next = predicate.select_profiled(  # type: ignore[attr-defined]
-                batch, sels[k], m, sels[k + 1],
-                k, f, samples, n_samples, dropped_at, bits, mode, column, extras, repeats,
-                ticks,
-            )  # fmt: skip
-            if measure:
-                spent = clock() - start - (int(ticks[0]) - before) * scale
-                timed[0].append(f)
-                timed[1].append(spent)
-                timed[2].append(m)
-            self.evaluations[f] += m
-            evaluated += m
-            counts[k + 1] = m_next
-            m = m_next
         self._profile_ns += int(ticks[0] * scale)
-        self._samples_pending = n_samples
+        self._samples_pending = int(ticks[1])
+        self.evaluations += evals
         if measure:
-            start = clock()
-            self.costs.record_many(*timed)
-            self._cost_ns += clock() - start
-        self.last_evaluations = evaluated
+            start = time.perf_counter_ns()
+            timed = [f for f in range(self.n) if evals[f]]
+            self.costs.record_many(
+                timed, [float(cyc[f]) * scale for f in timed], [int(evals[f]) for f in timed]
+            )
+            self._cost_ns += time.perf_counter_ns() - start
+        self.last_evaluations = int(counts[: self.n].sum())
         return sels, counts
 
-    def _absorb_samples(self, n_samples: int) -> None:
-        """Hand this batch's samples to the re-optimizer in one call (index filters)."""
+    def _absorb_samples(self, n_samples: int, t0: int) -> None:
+        """Hand this batch's samples to the re-optimizer in one call (index filters). What
+        its parts do not time (the Python around them, reporting changes) is re-optimizer
+        work too, charged to violation handling: all of the time from ``t0`` is counted."""
         reopt = self.reoptimizer
-        t0 = time.perf_counter_ns()
-        costs = self.costs.values()
-        self.ns["profile_window"] += time.perf_counter_ns() - t0
         ns = reopt.ns
-        view_ns, violations_ns = ns["view_update"], ns["violations"]
+        before = ns["view_update"], ns["violations"]
         m, changes = reopt.absorb_samples(
-            self._bits, self._dropped_at, n_samples, self.clock_ms(), costs
-        )
+            self._bits, self._dropped_at, n_samples, self.clock_ms(), self.costs.values()
+        )  # values() is an array kept up to date by record_many: nothing to time here
         self.profile_tuples += m
-        self.ns["view_update"] += ns["view_update"] - view_ns
-        self.ns["violations"] += ns["violations"] - violations_ns
         for change in changes:
             self._report(change)
+        view_ns = ns["view_update"] - before[0]
+        self.ns["view_update"] += view_ns
+        self.ns["violations"] += time.perf_counter_ns() - t0 - view_ns
 
     def _absorb(self, m: int) -> None:
         """Hand this batch's profile tuples to the re-optimizer, which may reorder."""
@@ -373,21 +374,43 @@ class FilterStage:
             self._report(change)
 
     def _report(self, change: OrderChange) -> None:
-        names = [p.name for p in self.predicates]
-        entry = {
-            "at_tuple": self.tuples_in,
-            "time_ms": self.clock_ms(),
-            "from": [names[f] for f in change.before],
-            "to": [names[f] for f in change.after],
+        """Count and keep the change (formatted with filter names when stats() asks), and
+        log it."""
+        self.changes_total += 1
+        self.recent_changes.append((self.tuples_in, self.clock_ms(), change))
+        # every change is in stats(); the log gets the first and then at most one line per
+        # LOG_EVERY_S (a stage near a tie can reorder every batch: a line each would flood
+        # the log and, on a fast stage, cost more than the re-optimization itself)
+        now = time.monotonic()
+        if now - self._logged_at < LOG_EVERY_S:
+            self._unlogged += 1
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s: filter order changed after %d tuples (%s): %s -> %s",
+                    self.name, self.tuples_in, change.reason, self._names(change.before),
+                    self._names(change.after),
+                )  # fmt: skip
+            return
+        log.info(
+            "%s: filter order changed after %d tuples (%s): %s -> %s%s",
+            self.name, self.tuples_in, change.reason, self._names(change.before),
+            self._names(change.after),
+            f" ({self._unlogged} more changes since the last line)" if self._unlogged else "",
+        )  # fmt: skip
+        self._logged_at, self._unlogged = now, 0
+
+    def _names(self, order: tuple[int, ...]) -> list[str]:
+        return [self.predicates[f].name for f in order]
+
+    def _change_entry(self, at_tuple: int, time_ms: int, change: OrderChange) -> dict[str, Any]:
+        return {
+            "at_tuple": at_tuple,
+            "time_ms": time_ms,
+            "from": self._names(change.before),
+            "to": self._names(change.after),
             "position": change.position,
             "reason": change.reason,
         }
-        self.changes_total += 1
-        self.recent_changes.append(entry)
-        log.info(
-            "%s: filter order changed after %d tuples (%s): %s -> %s",
-            self.name, self.tuples_in, change.reason, entry["from"], entry["to"],
-        )
 
     # -- reporting --------------------------------------------------------------------------
     def breakdown(self) -> dict[str, float]:
@@ -415,7 +438,7 @@ class FilterStage:
             "ordering": self.config.to_json(),
             "order": self.order_names,
             "changes_total": self.changes_total,
-            "recent_changes": list(self.recent_changes),
+            "recent_changes": [self._change_entry(*c) for c in self.recent_changes],
             "tuples_in": self.tuples_in,
             "tuples_out": self.tuples_out,
             "batches": self.batches,

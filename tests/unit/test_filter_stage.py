@@ -232,6 +232,7 @@ def test_index_filters_profile_as_the_per_position_path_does(algorithm: str) -> 
         assert fused.order == plain.order
         assert fused.profile_tuples == plain.profile_tuples
         assert fused.profile_evaluations.tolist() == plain.profile_evaluations.tolist()
+        assert fused.evaluations.tolist() == plain.evaluations.tolist()
         w1, w2 = fused.reoptimizer.window, plain.reoptimizer.window
         assert w1.bits[w1.live_rows()].tolist() == w2.bits[w2.live_rows()].tolist()
         assert fused.reoptimizer.view.tolist() == plain.reoptimizer.view.tolist()

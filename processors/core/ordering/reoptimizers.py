@@ -58,6 +58,8 @@ class Reoptimizer:
     name: ClassVar[str] = "base"
     mode: ClassVar[int] = FULL
     profiles: ClassVar[bool] = True  # False: no drop profiling at all
+    # True: absorb_samples corrects a violation inside its kernel call (Fig. 5 for A-Greedy)
+    kernel_corrects: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -93,7 +95,11 @@ class Reoptimizer:
             np.zeros(1 << n_filters, dtype=np.int64) if n_filters <= PATTERN_MAX_N else NO_PATTERNS
         )
         self.ns = {"profile_window": 0, "view_update": 0, "violations": 0}
-        self._ticks = np.zeros(3, dtype=np.int64)
+        self._ns_per_cycle = ns_per_cycle()
+        # the base detection (find_violation) runs inside absorb_samples' kernel call
+        self._kernel_checks = n_filters >= 2 and type(self).violation is Reoptimizer.violation
+        self._no_after_check = type(self).after_check is Reoptimizer.after_check
+        self._before = np.zeros(n_filters, dtype=np.int64)  # the order a kernel correction left
         self.checks = 0
         self.violations = 0
 
@@ -157,32 +163,48 @@ class Reoptimizer:
         if not self.profiles:
             return 0, []
         window = self.window
-        check = (
-            self.n >= 2
-            and type(self).violation is Reoptimizer.violation
-            and window.size + n_samples >= self.config.min_profile_tuples
-        )
-        ticks = self._ticks
-        ticks[:] = 0
-        m, found = absorb_samples(
+        minimum = self.config.min_profile_tuples
+        check = self._kernel_checks and window.size + n_samples >= minimum
+        m, found, size, window_ticks, check_ticks = absorb_samples(
             dropped_at, n_samples, bits, window.bits, window.ts, window.state, now_ms,
             window.window_ms or 0, self.hist, self.view, self.order, self.mode, self.column,
-            self.patterns, check, costs, self.alpha, self.parents, ticks,
+            self.patterns, check, costs, self.alpha, self.parents, self.kernel_corrects,
+            self._before,
         )  # fmt: skip
         window.inserted_total += m
-        scale = ns_per_cycle()
-        self.ns["view_update"] += int((ticks[0] + ticks[1]) * scale)
+        scale = self._ns_per_cycle
+        ns = self.ns
+        ns["view_update"] += int(window_ticks * scale)
+        ns["violations"] += int(check_ticks * scale)
+        enough = size >= minimum
+        if check and enough and found < 0 and self._no_after_check:  # the common case
+            self.checks += 1
+            return m, []
         t0 = time.perf_counter_ns()
-        position = None
-        if check and len(window) >= self.config.min_profile_tuples:
+        changes: list[OrderChange] = []
+        if check and found >= 0 and self.kernel_corrects:  # corrected inside the kernel
             self.checks += 1
-            position = None if found < 0 else int(found)
-        elif len(window) >= self.config.min_profile_tuples:  # a variant's own detection
-            self.checks += 1
-            position = self.violation(costs)
-        changes = self._correct_at(position, costs)
-        self.ns["violations"] += int(ticks[2] * scale) + time.perf_counter_ns() - t0
+            self.violations += 1
+            if not np.array_equal(self._before, self.order):
+                changes.append(self._change(tuple(self._before.tolist()), int(found)))
+            changes.extend(self.after_check())
+        else:
+            position = None
+            if enough:
+                self.checks += 1
+                position = int(found) if check else self.violation(costs)
+                if position is not None and position < 0:
+                    position = None
+            changes = self._correct_at(position, costs)
+        self.ns["violations"] += time.perf_counter_ns() - t0
         return m, changes
+
+    def _change(self, before: tuple[int, ...], position: int) -> OrderChange:
+        """The change a correction inside ``absorb_samples`` made (A-Greedy's Fig. 5)."""
+        after = tuple(self.order.tolist())
+        moved = [f for k, f in enumerate(after) if f != before[k]]
+        reason = f"greedy invariant violated at position {position}; reordered {moved}"
+        return OrderChange(before, after, position, reason)
 
     def _correct_at(self, position: int | None, costs: np.ndarray) -> list[OrderChange]:
         changes: list[OrderChange] = []
@@ -244,6 +266,7 @@ class AGreedy(Reoptimizer):
 
     name = "agreedy"
     mode = FULL
+    kernel_corrects = True
 
     def correct(self, position: int, costs: np.ndarray) -> str:
         """Fig. 5 (see ``greedy_correct``)."""
