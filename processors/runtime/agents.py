@@ -30,7 +30,7 @@ import numpy as np
 from faust.types import TP
 
 from processors.core.batch import Batch, VarColumn
-from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES
+from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES, DEFAULT_QUANTUM_MS
 from processors.runtime.arbiter import Arbiter
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp, RecordBlock
@@ -63,8 +63,21 @@ class AgentContext:
     producer: RecordProducer
     #: who processes next (disabled: Faust's own order)
     arbiter: Arbiter = field(default_factory=lambda: Arbiter(enabled=False))
-    #: tuples (or records) an agent processes per turn
+    #: most tuples (or records) an agent processes per turn
     grant_tuples: int = DEFAULT_GRANT_TUPLES
+    #: how long a turn should last: an agent's turn holds about this much of its measured work
+    quantum_s: float = DEFAULT_QUANTUM_MS / 1000.0
+
+    def turn_tuples(self, stats: AgentStats, cap: int | None = None) -> int:
+        """Tuples for the agent's next turn: a quantum of its measured per-tuple time, at least
+        one, at most ``grant_tuples`` (and ``cap``). Without an arbiter, no limit but ``cap``."""
+        most = self.grant_tuples if cap is None else min(cap, self.grant_tuples)
+        if not self.arbiter.enabled:
+            return cap if cap is not None else 1 << 62
+        per_tuple_s = stats.ns_per_tuple / 1e9
+        if per_tuple_s <= 0:
+            return most
+        return max(1, min(most, int(self.quantum_s / per_tuple_s)))
 
     def send_envelopes(
         self, agent: str, topic: str, batch: Batch, partition: int, arrival_ms: int | None = None
@@ -208,10 +221,9 @@ def add_ingest_agent(
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            hold = TP(block.topic, block.partition)
-            for unit in block.split(ctx.grant_tuples):
+            for unit in block.split(ctx.turn_tuples(stats)):
                 arrival = unit.arrival_ms()
-                async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit), hold):
+                async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit)):
                     ingest_unit(unit, arrival)
 
     ctx.app.agent(source, name=name)(ingest)
@@ -353,7 +365,7 @@ def _envelope_agent(
             message = event.message
             arrival = None if message.timestamp is None else int(message.timestamp * 1000)
             estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
-            async with ctx.arbiter.turn(name, arrival_s(arrival), estimate, message.tp):
+            async with ctx.arbiter.turn(name, arrival_s(arrival), estimate):
                 started = time.perf_counter_ns()
                 batch, outputs = _guarded(ctx, stats, name, message, work)
                 n_out, written = emit(outputs, message.partition, arrival)
@@ -384,7 +396,26 @@ def _same_layout(a: Batch, b: Batch) -> bool:
     return True
 
 
-def _runs(batches: list[tuple[int, Batch]], max_tuples: int) -> list[list[tuple[int, Batch]]]:
+#: a part of an envelope: (its index in the block, the tuples, whether it is the envelope's last
+#: part, the position of its first tuple in the envelope)
+Piece = tuple[int, Batch, bool, int]
+
+
+def _pieces(decoded: list[tuple[int, Batch]], limit: int) -> list[Piece]:
+    """Envelopes cut into parts of at most ``limit`` tuples (one turn's worth each), in order."""
+    out: list[Piece] = []
+    for index, batch in decoded:
+        n = len(batch)
+        if n <= limit:
+            out.append((index, batch, True, 0))
+            continue
+        for start in range(0, n, limit):
+            stop = min(start + limit, n)
+            out.append((index, batch.slice(start, stop), stop == n, start))
+    return out
+
+
+def _runs(batches: list[Any], max_tuples: int) -> list[list[Any]]:
     """Consecutive batches grouped for concatenation: same layout, at most ``max_tuples``.
 
     A batch of at least a quarter of ``max_tuples`` stays alone: its per-call overhead is
@@ -420,14 +451,15 @@ def _bulk_stage_agent(
     source = ctx.app.topic(in_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, name, plan=plan)
     stats.topic = in_topic
+    block_rows: dict[int, int] = {}  # tuples per envelope of the block being processed
 
     def dead_letter(block: RecordBlock, index: int, reason: str) -> None:
         _block_dead_letter(ctx, name, block, index, reason)
         stats.dead_letters += 1
 
-    def one_by_one(block: RecordBlock, run: list[tuple[int, Batch]]) -> Written:
+    def one_by_one(block: RecordBlock, run: list[Piece]) -> Written:
         n_out = written = 0
-        for index, batch in run:
+        for index, batch, _, first_row in run:
             try:
                 outputs = work(batch, block.partition)
             except Exception as exc:
@@ -435,19 +467,22 @@ def _bulk_stage_agent(
                     "stage %s failed on %s[%d]@%d",
                     name, block.topic, block.partition, block.offsets[index],
                 )  # fmt: skip
-                dead_letter(block, index, f"stage {name} failed: {exc}")
+                rows = ""
+                if first_row or len(batch) != block_rows.get(index, len(batch)):
+                    rows = f" (its tuples {first_row}..{first_row + len(batch) - 1})"
+                dead_letter(block, index, f"stage {name} failed{rows}: {exc}")
                 continue
             tuples, nbytes = emit(outputs, block.partition, block.arrival_ms(index, index + 1))
             n_out += tuples
             written += nbytes
         return n_out, written
 
-    def process_group(block: RecordBlock, group: list[tuple[int, Batch]]) -> Written:
+    def process_group(block: RecordBlock, group: list[Piece]) -> Written:
         if len(group) == 1:
             return one_by_one(block, group)
         first, last = group[0][0], group[-1][0]
         try:
-            outputs = work(Batch.concat(b for _, b in group), block.partition)
+            outputs = work(Batch.concat(piece[1] for piece in group), block.partition)
         except Exception as exc:
             log.warning(
                 "stage %s failed on %d envelopes of %s[%d] (%r); one by one now",
@@ -460,7 +495,6 @@ def _bulk_stage_agent(
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            hold = TP(block.topic, block.partition)
             decode_started = time.perf_counter_ns()
             decoded: list[tuple[int, Batch]] = []
             for index, value in enumerate(block.values):
@@ -468,21 +502,27 @@ def _bulk_stage_agent(
                     decoded.append((index, decode_batch(value or b"")))
                 except Exception as exc:
                     dead_letter(block, index, f"bad batch envelope: {exc}")
+            block_rows.clear()
+            block_rows.update((index, len(batch)) for index, batch in decoded)
             # decoding happens before the turns (grouping needs the batches); charge it to the
             # first group, so that the agent's busy time stays whole
             decode_ns = time.perf_counter_ns() - decode_started
-            for group in _runs(decoded, max_batch_tuples):
-                first, last = group[0][0], group[-1][0]
-                n_in = sum(len(b) for _, b in group)
+            limit = ctx.turn_tuples(stats, max_batch_tuples)
+            for group in _runs(_pieces(decoded, limit), limit):
+                first, (last, _, last_done, _) = group[0][0], group[-1]
+                n_in = sum(len(piece[1]) for piece in group)
                 arrival = block.arrival_ms(first, last + 1)
-                async with ctx.arbiter.turn(name, arrival_s(arrival), n_in, hold):
+                async with ctx.arbiter.turn(name, arrival_s(arrival), n_in):
                     started = time.perf_counter_ns()
                     n_out, written = process_group(block, group)
-                    nbytes = sum(len(block.values[i] or b"") for i, _ in group)
+                    # an envelope's bytes count once, with its last piece
+                    nbytes = sum(len(block.values[p[0]] or b"") for p in group if p[2])
                     elapsed = time.perf_counter_ns() - started + decode_ns
                     decode_ns = 0
-                    stats.record(n_in, n_out, elapsed, len(group), nbytes, written)
-                    stats.positions[block.partition] = block.offsets[last] + 1
+                    envelopes = sum(1 for piece in group if piece[2])
+                    stats.record(n_in, n_out, elapsed, envelopes, nbytes, written)
+                    done = block.offsets[last] + 1 if last_done else block.offsets[last]
+                    stats.positions[block.partition] = done
             if block.offsets:
                 stats.positions[block.partition] = block.offsets[-1] + 1
 

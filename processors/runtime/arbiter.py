@@ -2,12 +2,24 @@
 
 Every agent of a worker runs in one asyncio loop, so only one processes at a time, as in the
 scheduling paper's single-processor model (Babcock et al., Sect. 2). Left alone, the order is
-whatever the event loop happens to wake. With an arbiter, an agent that has a batch asks for a
-turn; decisions are deferred to the next loop iteration, so that every agent with input at that
-moment competes, and the policy in force (Chain, Chain-Flush, Mixed, FIFO, Round-Robin,
-Greedy: :mod:`processors.core.scheduling.policies`) picks the winner. An agent that waits has its
-input partition held (no further fetching), so that prefetched data stays bounded; the hold is
-lifted when it is granted.
+whatever the event loop happens to wake, which in practice is the order in which the consumer
+delivers fetched data. With an arbiter, an agent that has a batch in hand asks for a turn, and
+the policy in force (Chain, Chain-Flush, Mixed, FIFO, Round-Robin, Greedy:
+:mod:`processors.core.scheduling.policies`) picks the winner among the agents waiting.
+
+Two details make the choice a real one:
+
+- *Decisions wait for deliveries.* The consumer hands the records of one fetch to the agents
+  one partition after another, and each handover lets the receiving agent run. Deciding at the
+  first handover would grant whichever agent happens to come first, so a decision waits
+  (``busy``) until the consumer has finished the round, and every agent with input is waiting.
+- *Turns are short.* An agent asks again after at most a quantum of work (``turn_tuples``), so a
+  long queue cannot hold the processor (Sect. 5.2 gives each operator "a maximum number of
+  tuples" per scheduling step).
+
+Prefetched input stays bounded by the consumer's flow control: the worker keeps each agent's
+buffer of fetched events small (``stream_buffer_maxsize``), so the input partitions of an agent
+that is not being granted turns are paused once its buffer fills, and resumed when it drains.
 
 The policy comes from the scheduler agent through the control topic; until one arrives, turns
 go to the oldest waiting batch (FIFO), which is what an unscheduled pipeline tends to do anyway.
@@ -27,6 +39,10 @@ from processors.core.scheduling.policies import ReadyOperator
 
 log = logging.getLogger(__name__)
 
+#: loop iterations a decision may wait for the consumer to finish a delivery round (a bound, so
+#: that a stuck delivery cannot stop the agents)
+MAX_DEFERRALS = 64
+
 
 class Policy(Protocol):
     """What the arbiter needs of a scheduling policy."""
@@ -43,7 +59,6 @@ class _Waiter:
     queued: float
     since: float
     future: asyncio.Future[None]
-    hold: Any = None
 
 
 @dataclass
@@ -61,25 +76,24 @@ class ArbiterStats:
     decision_ns: int = 0  # time spent choosing (the policy plus bookkeeping)
     max_decision_ns: int = 0
     contested: int = 0  # decisions with more than one agent waiting
-    holds: int = 0
+    deferrals: int = 0  # loop iterations decisions waited for a delivery round
+    policy_errors: int = 0
     per_op: dict[str, OperatorCounters] = field(default_factory=dict)
 
 
 class Arbiter:
-    """Grants turns to agents; ``hold``/``unhold`` pause and resume an input partition."""
+    """Grants turns to agents, one at a time, in the order the installed policy chooses."""
 
     def __init__(
         self,
         *,
         enabled: bool = True,
         clock: Callable[[], float] = time.time,
-        hold: Callable[[Any], None] | None = None,
-        unhold: Callable[[Any], None] | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.enabled = enabled
         self.clock = clock
-        self._hold = hold
-        self._unhold = unhold
+        self._busy = busy
         self.policy: Policy | None = None
         self.description: dict[str, Any] = {"policy": "fifo (no plan yet)"}
         self._holder: str | None = None
@@ -95,35 +109,30 @@ class Arbiter:
 
     # -- turns ------------------------------------------------------------------------------
     @asynccontextmanager
-    async def turn(
-        self, op: str, head_arrival: float, queued: float = 1.0, hold: Any = None
-    ) -> AsyncIterator[None]:
-        """``async with arbiter.turn(agent, arrival_of_oldest_tuple, tuples, partition):``"""
+    async def turn(self, op: str, head_arrival: float, queued: float = 1.0) -> AsyncIterator[None]:
+        """``async with arbiter.turn(agent, arrival_of_oldest_tuple, tuples):`` runs the body
+        when the policy grants ``agent`` the processor; nobody else is granted until it ends."""
         if not self.enabled:
             yield
             return
-        await self._acquire(op, head_arrival, queued, hold)
+        await self._acquire(op, head_arrival, queued)
         try:
             yield
         finally:
             self._release(op)
 
-    async def _acquire(self, op: str, head_arrival: float, queued: float, hold: Any) -> None:
+    async def _acquire(self, op: str, head_arrival: float, queued: float) -> None:
         if op in self._waiting:
             raise RuntimeError(f"agent {op} asked for a second turn while waiting for one")
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(op, head_arrival, queued, self.clock(), loop.create_future(), hold)
+        waiter = _Waiter(op, head_arrival, queued, self.clock(), loop.create_future())
         self._waiting[op] = waiter
-        if hold is not None and self._hold is not None:
-            self._hold(hold)
-            self.stats.holds += 1
         self._schedule_decision(loop)
         try:
             await waiter.future
         except asyncio.CancelledError:
             if self._waiting.get(op) is waiter:  # cancelled before its turn
                 del self._waiting[op]
-                self._lift(waiter)
             elif self._holder == op:  # cancelled right after being granted
                 self._release(op)
             raise
@@ -137,13 +146,18 @@ class Arbiter:
     def _schedule_decision(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._holder is None and not self._decision_pending:
             self._decision_pending = True
-            loop.call_soon(self._decide)
+            loop.call_soon(self._decide, loop, 0)
 
-    def _decide(self) -> None:
+    def _decide(self, loop: asyncio.AbstractEventLoop, deferred: int) -> None:
         """Grant the turn to the waiter the policy chooses (run from the event loop)."""
-        self._decision_pending = False
         if self._holder is not None or not self._waiting:
+            self._decision_pending = False
             return
+        if self._busy is not None and deferred < MAX_DEFERRALS and self._busy():
+            self.stats.deferrals += 1
+            loop.call_soon(self._decide, loop, deferred + 1)  # let the delivery round finish
+            return
+        self._decision_pending = False
         started = time.perf_counter_ns()
         now = self.clock()
         chosen = None
@@ -156,6 +170,7 @@ class Arbiter:
                 try:
                     chosen = self.policy.choose(now, ready)
                 except Exception:  # a policy bug must not stop the worker: FIFO this time
+                    self.stats.policy_errors += 1
                     log.exception("scheduling policy %s failed; FIFO this turn", self.policy.name)
         if chosen not in self._waiting:
             chosen = min(self._waiting.values(), key=lambda w: w.head_arrival).op
@@ -166,17 +181,12 @@ class Arbiter:
         counters.grants += 1
         counters.wait_s += waited
         counters.max_wait_s = max(counters.max_wait_s, waited)
-        self._lift(waiter)
         if not waiter.future.done():
             waiter.future.set_result(None)
         spent = time.perf_counter_ns() - started
         self.stats.decisions += 1
         self.stats.decision_ns += spent
         self.stats.max_decision_ns = max(self.stats.max_decision_ns, spent)
-
-    def _lift(self, waiter: _Waiter) -> None:
-        if waiter.hold is not None and self._unhold is not None:
-            self._unhold(waiter.hold)
 
     # -- reporting --------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -188,7 +198,9 @@ class Arbiter:
             "contested_decisions": s.contested,
             "decision_ns_avg": s.decision_ns / s.decisions if s.decisions else 0.0,
             "decision_ns_max": s.max_decision_ns,
-            "partition_holds": s.holds,
+            "deferrals": s.deferrals,
+            "policy_errors": s.policy_errors,
+            "holder": self._holder,
             "waiting": sorted(self._waiting),
             "agents": {
                 op: {

@@ -27,6 +27,7 @@ from topics.avro import SchemaStore, decode_single_object, encode_single_object,
 log = logging.getLogger(__name__)
 
 CONTROL_SCHEMA = "control"
+CONTROL_TOPIC = "streamon.control"
 POLICY = "POLICY"
 PRIORITIES = "PRIORITIES"
 
@@ -130,3 +131,29 @@ class ControlReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def publish_policy(
+    bootstrap: str, query: str, policy: str, settings: dict[str, Any], issuer: str
+) -> Any:
+    """Publish a POLICY record for ``query`` on the control topic (checked first: a policy or
+    setting that makes no sense is refused here, with its name, rather than by every worker)."""
+    from confluent_kafka import Producer
+
+    from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
+    from topics.admin import ensure_topics
+    from topics.specs import TopicSpec
+
+    try:
+        config = SchedulingConfig.from_mapping({"policy": policy, **settings})
+    except (SchedulingConfigError, TypeError) as exc:
+        raise ValueError(f"scheduling policy for {query}: {exc}") from exc
+    ensure_topics(bootstrap, [TopicSpec(CONTROL_TOPIC, 1)])
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    payload = {"policy": policy, **settings}
+    producer.produce(
+        CONTROL_TOPIC, encode_control(POLICY, query, payload, issuer), key=query.encode()
+    )
+    if producer.flush(10.0):
+        raise ValueError(f"the control record for {query} was not acknowledged by {bootstrap}")
+    return config

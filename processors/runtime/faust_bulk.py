@@ -18,7 +18,11 @@ consumer's gap tracker, so acking the block's event commits the whole run.
   ``scheduler``, ``flow_active``, ``callback``, ``consumer_stopped_errors``, ``diag``;
 - ``faust.types.tuples.ConsumerMessage``'s constructor;
 - the ``raw`` value serializer passing non-bytes values through untouched;
-- ``App._new_transport`` (overridden to install the transport).
+- ``App._new_transport`` (overridden to install the transport);
+- ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``
+  (wrapped), and aiokafka's ``AIOKafkaConsumer._fetch_max_wait_ms``: Faust hard-codes a 1.5 s
+  fetch wait, and a fetch for partitions without data then holds back every partition of the
+  broker for that long (the latency floor of each internal hop); ``fetch_wait_ms`` lowers it.
 
 ``tests/unit/test_faust_bulk_contract.py`` checks each of these, and the integration tests check
 the behaviour (exact counts across restarts); a Faust upgrade that breaks them fails loudly.
@@ -97,11 +101,32 @@ class RecordBlock:
         return np.frombuffer(b"".join(values), dtype=np.uint8), offsets
 
 
+class _ShortWaitConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    """Faust's consumer thread, with the fetch wait of the worker consumer set by the app."""
+
+    fetch_wait_ms: int = 1500
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        consumer._fetch_max_wait_ms = self.fetch_wait_ms  # read when the consumer starts
+        return consumer
+
+
 class BulkConsumer(faust_aiokafka.Consumer):
     """aiokafka-driver consumer that delivers bulk topics as RecordBlock events."""
 
     bulk_topics: frozenset[str] = frozenset()
     flush_hooks: list[FlushHook] = []
+    fetch_wait_ms: int = 1500
+    #: True while the records of one fetch are being handed to the agents (the arbiter waits
+    #: for the round to finish, so that every agent with input competes for the next turn)
+    delivering: bool = False
+
+    def _new_consumer_thread(self) -> Any:
+        thread_cls = type(
+            "AppConsumerThread", (_ShortWaitConsumerThread,), {"fetch_wait_ms": self.fetch_wait_ms}
+        )
+        return thread_cls(self, loop=self.loop, beacon=self.beacon)
 
     async def _commit(self, offsets: Any) -> bool:
         # Outputs written with clients Faust does not know (the sink's producer) must be durable
@@ -151,7 +176,11 @@ class BulkConsumer(faust_aiokafka.Consumer):
                 records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
                 if records and not self.should_stop:
-                    await self._deliver(records, active)
+                    self.delivering = True
+                    try:
+                        await self._deliver(records, active)
+                    finally:
+                        self.delivering = False
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -261,16 +290,27 @@ class BulkTransport(faust_aiokafka.Transport):
 class BulkApp(faust.App):
     """A Faust app whose consumer delivers ``bulk_topics`` as RecordBlock events."""
 
-    def __init__(self, *args: Any, bulk_topics: Iterable[str] = (), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        bulk_topics: Iterable[str] = (),
+        fetch_wait_ms: int = 1500,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.bulk_topics = frozenset(bulk_topics)
         self.flush_hooks: list[FlushHook] = []
+        self.fetch_wait_ms = int(fetch_wait_ms)
 
     def _new_transport(self) -> Any:
         consumer_cls = type(
             "AppBulkConsumer",
             (BulkConsumer,),
-            {"bulk_topics": self.bulk_topics, "flush_hooks": self.flush_hooks},
+            {
+                "bulk_topics": self.bulk_topics,
+                "flush_hooks": self.flush_hooks,
+                "fetch_wait_ms": self.fetch_wait_ms,
+            },
         )
         transport_cls = type("AppBulkTransport", (BulkTransport,), {"Consumer": consumer_cls})
         return transport_cls(self.conf.broker_consumer, self)

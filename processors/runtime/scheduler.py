@@ -143,10 +143,16 @@ class Scheduling:
             self.plan_version = int(record.payload.get("version", record.seq))
         elif record.kind == POLICY:
             settings = {**self.config.to_json(), **record.payload}
+            previous = self.config
             self.config = SchedulingConfig.from_mapping(settings)
             self.window = StatsWindow(self.config.stats_window_s * 1000)
             log.info("query %s: scheduling policy is now %s (%s)", self.query,
                      self.config.policy, record.issuer or "unknown issuer")  # fmt: skip
+            self._remember({
+                "kind": "policy", "time_ms": int(self.clock() * 1000),
+                "from": previous.to_json(), "to": self.config.to_json(),
+                "issuer": record.issuer,
+            })  # fmt: skip
         else:
             return
         self._install()
@@ -170,6 +176,7 @@ class Scheduling:
         if ranking == self._last_ranking:
             return
         change = {
+            "kind": "priorities",
             "time_ms": int(self.clock() * 1000),
             "policy": self.config.policy,
             "from": self._last_ranking,
@@ -177,9 +184,13 @@ class Scheduling:
             "plan_version": self.plan_version,
         }
         self._last_ranking = ranking
-        self.changes = [*self.changes[-19:], change]
+        self._remember(change)
         log.info("query %s: %s priorities now %s", self.query, self.config.policy,
                  " > ".join("=".join(level) for level in ranking))  # fmt: skip
+
+    def _remember(self, change: dict[str, Any]) -> None:
+        """Keep the last 20 changes for the status page; each is reported once as an event."""
+        self.changes = [*self.changes[-19:], change]
 
     def snapshot(self) -> dict[str, Any]:
         """For the status page: the policy in force, the plan it runs on, the arbiter."""
@@ -189,13 +200,13 @@ class Scheduling:
             "scheduler_here": self.leading,
             "plan_version": self.plan_version,
             "plan": None if self.plan is None else plan_to_json(self.plan),
-            "priority_changes": list(self.changes),
+            "changes": [{k: v for k, v in c.items() if k != "reported"} for c in self.changes],
             "arbiter": self.arbiter.snapshot(),
         }
 
     def events(self) -> list[dict[str, Any]]:
         """Priority changes since the last call (for the stats topic), as JSON-able dicts."""
-        out = [{"kind": "priorities", **c} for c in self.changes if not c.get("reported")]
+        out = [dict(c) for c in self.changes if not c.get("reported")]
         for c in self.changes:
             c["reported"] = True
         return json.loads(json.dumps(out))

@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from faust.types import TP
-
 from processors.core.batch import Batch
 from processors.runtime.agents import AgentContext, _block_dead_letter, arrival_s, fatal
 from processors.runtime.faust_bulk import RecordBlock
@@ -101,14 +99,17 @@ def add_stateful_agent(
                 )  # fmt: skip
                 stats.dead_letters += 1
 
-    def push_some(part: _Partition, block: RecordBlock, start: int, start_at: int) -> int:
-        """Push envelopes from ``start`` on until a grant's worth of tuples; returns where it
-        stopped. Counts what it did in the agent's statistics."""
+    def push_some(
+        part: _Partition, block: RecordBlock, start: int, start_at: int, limit: int
+    ) -> int:
+        """Push envelopes from ``start`` on until a turn's worth (``limit``) of tuples; returns
+        where it stopped. Counts what it did in the agent's statistics. Envelopes are not cut:
+        a window or join state changes a whole envelope at a time."""
         started = time.perf_counter_ns()
         stream = in_topics[block.topic]
         n_in = n_out = nbytes = written = 0
         index = start
-        while index < len(block) and n_in < ctx.grant_tuples:
+        while index < len(block) and n_in < limit:
             value = block.values[index]
             offset = block.offsets[index]
             index += 1
@@ -148,16 +149,16 @@ def add_stateful_agent(
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
             part = partition_of(block.partition)
             start_at = part.restored_from.get(block.topic, 0)
-            hold = TP(block.topic, block.partition)
             estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
             index = 0
             while index < len(block):
                 arrival = block.arrival_ms(index, index + 1)
-                queued = min(estimate * (len(block) - index), ctx.grant_tuples)
-                async with ctx.arbiter.turn(name, arrival_s(arrival), queued, hold):
+                limit = ctx.turn_tuples(stats)
+                queued = min(estimate * (len(block) - index), limit)
+                async with ctx.arbiter.turn(name, arrival_s(arrival), queued):
                     if parts.get(block.partition) is not part:
                         break  # revoked while waiting: its new owner redoes the rest
-                    index = push_some(part, block, index, start_at)
+                    index = push_some(part, block, index, start_at, limit)
             stage_dead_letters(part, block)
 
     async def snapshot() -> None:

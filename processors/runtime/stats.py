@@ -34,6 +34,8 @@ class AgentStats:
     bytes_in: int = 0
     bytes_out: int = 0
     out_topic: str = ""
+    #: moving average of the processing time per input tuple (0 until the first batch)
+    ns_per_tuple: float = 0.0
     #: output latency (arrival of the oldest input tuple to output), sinks only: sum, count, max
     latency_s_sum: float = 0.0
     latency_n: int = 0
@@ -57,6 +59,10 @@ class AgentStats:
         self.messages_in += messages
         self.bytes_in += nbytes
         self.bytes_out += bytes_out
+        if n_in > 0:  # recent cost per tuple: sizes the agent's turns under an arbiter
+            sample = busy_ns / n_in
+            previous = self.ns_per_tuple
+            self.ns_per_tuple = sample if previous <= 0 else 0.8 * previous + 0.2 * sample
 
     def record_latency(self, seconds: float) -> None:
         """An output left ``seconds`` after the oldest input tuple it came from arrived."""

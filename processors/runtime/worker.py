@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faust.types import TP
-
 from processors.core.query import LogicalPlan
 from processors.runtime.agents import (
     AgentContext,
@@ -29,6 +27,7 @@ from processors.runtime.agents import (
     backlog_of,
 )
 from processors.runtime.arbiter import Arbiter
+from processors.runtime.control import CONTROL_TOPIC
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.producer import RecordProducer
@@ -43,10 +42,12 @@ from topics.specs import TopicSpec
 log = logging.getLogger(__name__)
 
 STATS_TOPIC = "streamon.stats"
-CONTROL_TOPIC = "streamon.control"
 DEAD_LETTER_TOPIC = "streamon.deadletters"
 FILTER_STAGE = "filter"
 SINK_AGENT = "sink"
+#: Faust's per-agent buffer of fetched events (its default, 4096 fetched runs, is unbounded in
+#: practice: a run can hold thousands of records)
+STREAM_BUFFER_EVENTS = 32
 #: synthetic operator stages are named OPERATOR_PREFIX + the operator's name
 OPERATOR_PREFIX = "op."
 
@@ -71,6 +72,9 @@ class WorkerOptions:
     session_timeout_s: float = 6.0
     stats_interval_s: float = 1.0
     registry_url: str | None = None
+    #: longest a fetch waits for data: the latency floor of every internal hop when input is
+    #: sparse (Faust's own 1.5 s makes a six-agent pipeline seconds late at low rates)
+    fetch_wait_ms: int = 100
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,10 @@ def faust_settings(bootstrap: str, datadir: Path, session_timeout_s: float) -> d
         "consumer_auto_offset_reset": "earliest",
         "producer_linger": 0.005,
         "producer_max_batch_size": 524_288,
+        # events (fetched runs of records) an agent may have waiting: past that, Faust pauses
+        # the partition until the agent catches up, so prefetch stays bounded while the
+        # arbiter grants turns to others
+        "stream_buffer_maxsize": STREAM_BUFFER_EVENTS,
         "topic_disable_leader": True,
         "topic_replication_factor": 1,
     }
@@ -248,12 +256,13 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         web_port=options.web_port or 6066,
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
+        fetch_wait_ms=options.fetch_wait_ms,
         **faust_settings(options.bootstrap, datadir, options.session_timeout_s),
     )
     producer = RecordProducer(options.bootstrap)
     board = StatsBoard(options.worker_id, plan.name)
     config = plan.scheduling_config
-    arbiter = Arbiter(hold=_partition_pauser(app, pause=True), unhold=_partition_pauser(app))
+    arbiter = Arbiter(busy=lambda: bool(getattr(app.consumer, "delivering", False)))
     ctx = AgentContext(
         app,
         board,
@@ -261,6 +270,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         producer,
         arbiter,
         config.grant_tuples,
+        config.quantum_ms / 1000.0,
     )
     app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
     scheduling = Scheduling(
@@ -388,27 +398,6 @@ def _stage_factory(name: str, plan: LogicalPlan) -> Callable[[int], Stage]:
 
     make(0)  # loads the stage's numba kernels now (~0.4 s), not in the first batch's time
     return make
-
-
-def _partition_pauser(app: BulkApp, pause: bool = False) -> Callable[[Any], None]:
-    """The arbiter's hold (pause) or unhold (resume) of one input partition. Holds are a bound
-    on prefetching, not a correctness matter: nothing is done while Faust rebalances (it pauses
-    and resumes everything itself then), and only partitions still assigned are touched."""
-
-    def apply(tp: Any) -> None:
-        tp = TP(tp.topic, tp.partition)  # Faust's own type: messages may carry aiokafka's
-        try:
-            consumer = app.consumer
-            if app.rebalancing or tp not in consumer.assignment():
-                return
-            if pause:
-                consumer.pause_partitions({tp})
-            else:
-                consumer.resume_partitions({tp})
-        except Exception:  # consumer not started, or stopping
-            return
-
-    return apply
 
 
 def _registry(options: WorkerOptions) -> Any:

@@ -279,3 +279,67 @@ def test_app_new_transport_is_what_app_transport_uses() -> None:
         )
 
     run(body())
+
+
+# -- fetch wait and delivery rounds -------------------------------------------------------------
+
+
+def test_the_worker_consumer_gets_the_apps_fetch_wait() -> None:
+    """faust_bulk replaces Faust's hard-coded 1.5 s fetch wait: Consumer._new_consumer_thread
+    and AIOKafkaConsumerThread._create_worker_consumer must still exist, and aiokafka must still
+    read ``_fetch_max_wait_ms`` when it starts its fetcher."""
+    for owner, name in [
+        (faust_aiokafka.Consumer, "_new_consumer_thread"),
+        (faust_aiokafka.AIOKafkaConsumerThread, "_create_worker_consumer"),
+    ]:
+        assert callable(getattr(owner, name, None)), relied_on(
+            f"{owner.__name__}.{name}", "is gone"
+        )
+    import aiokafka
+
+    start_source = inspect.getsource(aiokafka.AIOKafkaConsumer.start)
+    assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in start_source, relied_on(
+        "AIOKafkaConsumer._fetch_max_wait_ms", "is no longer what the fetcher is started with"
+    )
+
+    async def check() -> None:
+        app = BulkApp(
+            "faust-bulk-contract-wait", broker="kafka://localhost:1", bulk_topics=[BULK_TOPIC],
+            value_serializer="raw", key_serializer="raw", fetch_wait_ms=40,
+        )  # fmt: skip
+        consumer = app._new_transport().create_consumer(
+            callback=no_op, on_partitions_revoked=no_op, on_partitions_assigned=no_op
+        )
+        thread = consumer._new_consumer_thread()
+        worker_consumer = thread._create_worker_consumer(consumer.transport)
+        assert worker_consumer._fetch_max_wait_ms == 40
+
+    run(check())
+
+
+def test_delivering_is_set_only_during_a_delivery_round() -> None:
+    """The arbiter defers decisions while ``delivering`` is set (faust_bulk's own flag, around
+    the hand-over of one fetch's records)."""
+
+    async def check() -> None:
+        _, consumer = make_consumer()
+        assert consumer.delivering is False
+
+    run(check())
+    source = inspect.getsource(BulkConsumer._drain_messages)
+    assert source.index("self.delivering = True") < source.index("await self._deliver(")
+    assert source.index("await self._deliver(") < source.index("self.delivering = False")
+
+
+def test_stream_buffer_maxsize_still_bounds_prefetch() -> None:
+    """The worker bounds each agent's prefetch with ``stream_buffer_maxsize``: Faust must still
+    pause a partition whose stream buffer fills (on_buffer_full) and resume it when it drains."""
+    for name in ("on_buffer_full", "on_buffer_drop"):
+        assert callable(getattr(faust_base.Consumer, name, None)), relied_on(
+            f"Consumer.{name}", "is gone: prefetch is no longer bounded per partition"
+        )
+    import faust.transport.conductor as conductor
+
+    assert "on_pressure_high" in inspect.getsource(conductor), relied_on(
+        "Conductor on_pressure_high", "no longer signals full stream buffers"
+    )

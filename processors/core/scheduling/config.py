@@ -17,6 +17,10 @@ POLICIES = ("chain", "chain-flush", "mixed", "fifo", "round-robin", "greedy", "o
 #: tuples an agent may process per grant before the arbiter decides again (Sect. 5.2 suggests a
 #: bound "e.g. 1000" so that a long queue cannot hold the processor)
 DEFAULT_GRANT_TUPLES = 4096
+#: how long a granted turn should last: an agent processes about this much of its measured work
+#: before the arbiter decides again (short enough to preempt, long enough to keep the per-turn
+#: cost of Kafka and Faust small)
+DEFAULT_QUANTUM_MS = 10.0
 
 
 class SchedulingConfigError(ValueError):
@@ -31,6 +35,7 @@ class SchedulingConfig:
     latency_ms: float | None = None  # Chain-Flush: the query's latency threshold
     gamma: float | None = None  # Mixed: slope threshold, in tuples per second of processing
     grant_tuples: int = DEFAULT_GRANT_TUPLES
+    quantum_ms: float = DEFAULT_QUANTUM_MS
     #: how far back the scheduler looks when it turns statistics into progress charts
     stats_window_s: float = 5.0
 
@@ -53,6 +58,12 @@ class SchedulingConfig:
             raise SchedulingConfigError(
                 f"grant_tuples must be an int >= 1, not {self.grant_tuples!r}"
             )
+        if not (
+            isinstance(self.quantum_ms, int | float)
+            and math.isfinite(self.quantum_ms)
+            and self.quantum_ms > 0
+        ):
+            raise SchedulingConfigError(f"quantum_ms must be > 0, not {self.quantum_ms!r}")
         if not (math.isfinite(self.stats_window_s) and self.stats_window_s > 0):
             raise SchedulingConfigError(
                 f"stats_window_s must be > 0, not {self.stats_window_s!r}"
