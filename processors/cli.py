@@ -68,7 +68,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.what == "ingest":
         from processors.bench.ingest import run_ingest_bench
 
-        results = run_ingest_bench(records=args.records)
+        results = run_ingest_bench(records=args.records or 500_000)
     elif args.what == "filters":
         from processors.bench.filters import run_filters_bench
 
@@ -77,6 +77,10 @@ def _bench(args: argparse.Namespace) -> int:
         from processors.bench.mjoin import run_mjoin_bench
 
         results = run_mjoin_bench(kafka=not args.no_kafka)
+    elif args.what == "spark":
+        from processors.bench.spark import run_spark_bench
+
+        results = run_spark_bench(records=args.records or 1_000_000)
     elif args.what == "codec":
         from processors.bench.codec import measure_codec
 
@@ -90,6 +94,19 @@ def _bench(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(results, indent=2))
         print(f"wrote {args.json}")
     return 0
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from processors.runtime.analyze import AnalyzeSpec, run_analyze
+
+    spec = AnalyzeSpec(
+        query=args.query, topic=args.topic, schema=args.schema, query_name=args.query_name,
+        keys=args.key, values=args.value, since=args.since, until=args.until,
+        time_field=args.time_field, bucket=args.bucket, stats_topic=args.stats_topic,
+        on_bad_record=args.on_bad_record, limit=args.limit,
+        out=Path(args.out) if args.out else None,
+    )  # fmt: skip
+    return run_analyze(spec, master=args.master)
 
 
 def _experiment(args: argparse.Namespace) -> int:
@@ -134,14 +151,39 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     bench = sub.add_parser("bench", help="benchmarks")
-    bench.add_argument("what", choices=["ingest", "codec", "envelope", "filters", "mjoin"])
-    bench.add_argument("--records", type=int, default=500_000)
+    bench.add_argument(
+        "what", choices=["ingest", "codec", "envelope", "filters", "mjoin", "spark"]
+    )
+    bench.add_argument(
+        "--records", type=int, default=None, help="ingest: 500,000 (default); spark: 1,000,000"
+    )
     bench.add_argument("--tuples", type=int, default=4_000_000, help="filters: stage tuples")
     bench.add_argument(
         "--no-kafka", action="store_true", help="filters: skip the end-to-end Kafka part"
     )
     bench.add_argument("--json", default=None, help="write the results to this JSON file")
     bench.set_defaults(func=_bench)
+
+    analyze = sub.add_parser(
+        "analyze", help="Spark analytics of a query's result topic and of the stats topic"
+    )
+    analyze.add_argument("query", nargs="?", help="query file, module:attr or built-in")
+    analyze.add_argument("--topic", help="result topic (default: the query's)")
+    analyze.add_argument("--schema", help="reader schema: name, .avsc or JSON (default: query's)")
+    analyze.add_argument("--query-name", help="whose Stats records (default: the query's)")
+    analyze.add_argument("--key", action="append", help="group by this field (repeatable)")
+    analyze.add_argument("--value", action="append", help="aggregate this field (repeatable)")
+    analyze.add_argument("--since", help="from this time (ms since the epoch or ISO 8601)")
+    analyze.add_argument("--until", help="before this time")
+    analyze.add_argument("--time-field", default="_timestamp", help="record field in ms, or "
+                         "_timestamp (the Kafka timestamp, default)")  # fmt: skip
+    analyze.add_argument("--bucket", help="aggregate per time bucket, e.g. '1 minute'")
+    analyze.add_argument("--stats-topic", default="streamon.stats")
+    analyze.add_argument("--on-bad-record", choices=["fail", "skip"], default="fail")
+    analyze.add_argument("--limit", type=int, default=20, help="rows shown per table")
+    analyze.add_argument("--out", help="write Parquet, CSV and PNG plots to this directory")
+    analyze.add_argument("--master", default="local[2]", help="Spark master")
+    analyze.set_defaults(func=_analyze)
 
     experiment = sub.add_parser(
         "experiment", help="reproduce a paper experiment (CSV and PNG); NAME or 'all'"

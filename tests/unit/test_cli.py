@@ -69,7 +69,7 @@ def test_plan_demo_bench_arguments() -> None:
         assert (bench.what, bench.json, bench.records, bench.func) == (
             what,
             "out/r.json",
-            500_000,
+            None,  # each bench has its own default (ingest 500,000; spark 1,000,000)
             _bench,
         )
     assert parser.parse_args(["bench", "ingest"]).json is None
@@ -83,7 +83,7 @@ def test_plan_demo_bench_arguments() -> None:
         ["broker", "restart"],
         ["worker"],
         ["plan"],
-        ["bench", "spark"],
+        ["bench", "sparkle"],
         ["bench", "ingest", "--records", "many"],
         ["worker", "q", "--loglevel", "loud"],
         ["nonsense"],
