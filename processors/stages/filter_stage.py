@@ -117,6 +117,7 @@ class FilterStage:
         self._probes = tuple(int(getattr(p, "probes", 1)) for p in self.predicates)
         self._batch_evals = np.zeros(self.n, dtype=np.int64)
         self._main_cycles = np.zeros(self.n, dtype=np.int64)
+        self._cost_buf = np.zeros(self.n, dtype=np.float64)
         self._ns_per_cycle = ns_per_cycle() if self._index_filters else 0.0
         if self._index_filters and not self._ns_per_cycle:  # no cycle counter: per-position path
             self._index_filters = False
@@ -332,12 +333,9 @@ class FilterStage:
         self._profile_ns += int(ticks[0] * scale)
         self._samples_pending = int(ticks[1])
         self.evaluations += evals
-        if measure:
+        if measure:  # filters that ran on fewer than min_tuples tuples are skipped
             start = time.perf_counter_ns()
-            timed = [f for f in range(self.n) if evals[f]]
-            self.costs.record_many(
-                timed, [float(cyc[f]) * scale for f in timed], [int(evals[f]) for f in timed]
-            )
+            self.costs.record_all(np.multiply(cyc, scale, out=self._cost_buf), evals)
             self._cost_ns += time.perf_counter_ns() - start
         self.last_evaluations = int(counts[: self.n].sum())
         return sels, counts

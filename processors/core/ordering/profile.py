@@ -27,6 +27,7 @@ class ProfileWindow:
         self.window_ms = window_ms
         self.bits = np.zeros((capacity, n_filters), dtype=np.uint8)
         self.ts = np.zeros(capacity, dtype=np.int64)
+        self.codes = np.zeros(capacity, dtype=np.int64)  # each slot's bit pattern (few filters)
         self.state = np.zeros(2, dtype=np.int64)  # [slot of the oldest tuple, tuples held]
         self.inserted_total = 0
 
@@ -90,6 +91,7 @@ class CostEstimates:
         self._f = np.zeros(n_filters, dtype=np.int64)
         self._ns = np.zeros(n_filters, dtype=np.float64)
         self._m = np.zeros(n_filters, dtype=np.float64)
+        self._all = np.arange(n_filters, dtype=np.int64)
 
     @property
     def measured(self) -> bool:
@@ -112,6 +114,15 @@ class CostEstimates:
         self._m[:k] = tuples
         record_costs(
             self.ns, self.tuples, self.next, self.sums, self._f, self._ns, self._m, k,
+            float(self.call_overhead_ns), float(self.min_tuples), self._values,
+        )  # fmt: skip
+
+    def record_all(self, ns: np.ndarray, tuples: np.ndarray) -> None:
+        """One timed sample per filter id (``ns[f]`` over ``tuples[f]`` tuples), in one call."""
+        if self.fixed is not None:
+            return
+        record_costs(
+            self.ns, self.tuples, self.next, self.sums, self._all, ns, tuples, len(self._all),
             float(self.call_overhead_ns), float(self.min_tuples), self._values,
         )  # fmt: skip
 

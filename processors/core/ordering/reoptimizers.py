@@ -130,7 +130,7 @@ class Reoptimizer:
         window_absorb(
             window.bits, window.ts, window.state, np.ascontiguousarray(bits, dtype=np.uint8),
             len(bits), now_ms, window.window_ms or 0, self.hist, self.view, self.order,
-            self.mode, self.column, self.patterns,
+            self.mode, self.column, self.patterns, window.codes,
         )  # fmt: skip
         window.inserted_total += len(bits)
         self.ns["view_update"] += time.perf_counter_ns() - t0
@@ -165,10 +165,11 @@ class Reoptimizer:
         window = self.window
         minimum = self.config.min_profile_tuples
         check = self._kernel_checks and window.size + n_samples >= minimum
-        m, found, size, window_ticks, check_ticks = absorb_samples(
+        m, found, moved, size, window_ticks, check_ticks = absorb_samples(
             dropped_at, n_samples, bits, window.bits, window.ts, window.state, now_ms,
             window.window_ms or 0, self.hist, self.view, self.order, self.mode, self.column,
-            self.patterns, check, costs, self.alpha, self.parents, self.kernel_corrects,
+            self.patterns, window.codes, check, costs, self.alpha, self.parents,
+            self.kernel_corrects,
             self._before,
         )  # fmt: skip
         window.inserted_total += m
@@ -185,8 +186,8 @@ class Reoptimizer:
         if check and found >= 0 and self.kernel_corrects:  # corrected inside the kernel
             self.checks += 1
             self.violations += 1
-            if not np.array_equal(self._before, self.order):
-                changes.append(self._change(tuple(self._before.tolist()), int(found)))
+            if moved:
+                changes.append(self._change(int(found)))
             changes.extend(self.after_check())
         else:
             position = None
@@ -199,12 +200,15 @@ class Reoptimizer:
         self.ns["violations"] += time.perf_counter_ns() - t0
         return m, changes
 
-    def _change(self, before: tuple[int, ...], position: int) -> OrderChange:
-        """The change a correction inside ``absorb_samples`` made (A-Greedy's Fig. 5)."""
-        after = tuple(self.order.tolist())
-        moved = [f for k, f in enumerate(after) if f != before[k]]
-        reason = f"greedy invariant violated at position {position}; reordered {moved}"
-        return OrderChange(before, after, position, reason)
+    def _change(self, position: int) -> OrderChange:
+        """The change a correction inside ``absorb_samples`` made (A-Greedy's Fig. 5): kept
+        short, as it may come once a batch near a tie (the orders say what moved)."""
+        return OrderChange(
+            tuple(self._before.tolist()),
+            tuple(self.order.tolist()),
+            position,
+            f"greedy invariant violated at position {position}",
+        )
 
     def _correct_at(self, position: int | None, costs: np.ndarray) -> list[OrderChange]:
         changes: list[OrderChange] = []
