@@ -139,6 +139,27 @@ def test_join_drains_once_the_other_input_has_ended() -> None:
     assert cut.stuck == 1 and cut.end == 50
 
 
+def test_join_waiting_only_for_older_tuples() -> None:
+    """join_wait="older": with arrival timestamps nothing arriving later can be older, so the
+    join goes on while S is empty unless an older S tuple is still upstream of it."""
+    plan = _fig3_plan()
+    res = simulate(plan, "chain", {"q/R": [0, 1, 2], "q/S": [10]}, trace=True, join_wait="older")
+    assert min(t for t, op in res.trace if op == "join") < 10
+    assert res.out_arrival == [0, 1, 2, 10]
+    # S passes its own slow selection first: R's tuple from 1 must wait for S's from 0
+    s_side = OpNode("sel_s", t=5, s=1, inputs=(Stream("S"),))
+    pi = OpNode("pi", t=1, s=1, inputs=(Stream("R"),))
+    join = OpNode("join", inputs=(pi, s_side), join=WindowJoin((1, 1), (1, 1)))
+    plan2 = query_plan({"q": OpNode("out", t=1, s=1, inputs=(join,))})
+    for policy in ("chain", "fifo", "greedy", "round-robin"):
+        res = simulate(plan2, policy, {"q/R": [1], "q/S": [0]}, trace=True, join_wait="older")
+        # S's tuple needs 5 units at sel_s from 0: the join cannot run before 5
+        assert min(t for t, op in res.trace if op == "join") >= 5, policy
+        assert res.out_arrival == [0, 1], policy
+    with pytest.raises(ValueError, match="join_wait"):
+        simulate(plan2, "chain", {}, join_wait="never")
+
+
 def test_chain_flush_on_a_join_plan() -> None:
     plan = _fig3_plan()
     res = simulate(

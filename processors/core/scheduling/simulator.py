@@ -10,7 +10,11 @@ Model and accounting (fixed here, and checked against Example 1 of Sect. 2.2):
   An operator with several inputs (a join) takes them in timestamp order and is blocked while
   any input is empty (Sect. 4.3), unless that input's streams have ended (no arrivals left on
   its paths and nothing left upstream of it): a simulation knows when its streams end, so
-  the last tuples drain instead of waiting forever.
+  the last tuples drain instead of waiting forever. With ``join_wait="older"`` an empty input
+  blocks the join only while a tuple older than the head it would process is still upstream
+  of that input: timestamps are arrival times (Sect. 5.2, assumption 1), so nothing that
+  arrives later can be older, and timestamp order (Sect. 4.3) is kept without waiting for the
+  other stream's next tuple.
 - One operator runs at a time. The policy is asked at every event: an arrival, or the running
   operator finishing its head tuple; also when the policy's :meth:`Policy.next_decision` comes
   due and, with ``quantum``, at least every ``quantum``. Between events nothing a policy looks
@@ -169,12 +173,18 @@ def simulate(
     quantum: Real | None = None,
     until: Real | None = None,
     trace: bool = False,
+    join_wait: str = "empty",
 ) -> SimResult:
     """Run ``policy`` on ``plan`` over the arrival times per path until everything has left
     (or ``until``; or only tuples blocked in a join with an empty input are left: ``stuck``).
 
     ``quantum``: ask the policy at least this often (Round-Robin time slices; the paper's
-    minimum time quantum). ``trace``: record every decision as (time, operator)."""
+    minimum time quantum). ``trace``: record every decision as (time, operator).
+    ``join_wait``: "empty" (the paper's rule: a join waits while any input is empty) or
+    "older" (only while an older tuple is still upstream of the empty input)."""
+    if join_wait not in ("empty", "older"):
+        raise ValueError(f"join_wait must be 'empty' or 'older', got {join_wait!r}")
+    older = join_wait == "older"
     if isinstance(policy, str):
         policy = make_policy(policy, plan)
     if quantum is not None and not (isinstance(quantum, Real) and quantum > 0):
@@ -209,10 +219,17 @@ def simulate(
                 ready_map.pop(ops[o], None)
             return
         heads = [queues[i][0][0] for i in qs if queues[i]]
-        if heads and all(queues[i] or ended(i) for i in qs):
-            ready_map[ops[o]] = ReadyOperator(ops[o], min(heads), sum(len(queues[i]) for i in qs))
-        else:
-            ready_map.pop(ops[o], None)
+        if heads:
+            h = min(heads)
+            if all(queues[i] or ended(i) or (older and not older_upstream(i, h)) for i in qs):
+                ready_map[ops[o]] = ReadyOperator(ops[o], h, sum(len(queues[i]) for i in qs))
+                return
+        ready_map.pop(ops[o], None)
+
+    def older_upstream(qid: int, h: Any) -> bool:
+        # every queue is in arrival order (each is fed by one operator working in order, or
+        # by a join working in timestamp order), so its head is its oldest tuple
+        return any(queues[u] and queues[u][0][0] < h for u in feeding[qid][1])
 
     log_t, log_m = res.times, res.memory
     out_time, out_arr, out_path = res.out_time, res.out_arrival, res.out_path
