@@ -1,8 +1,9 @@
 """Reproductions of the papers' experiments (CSV and PNG), added with the adaptive stages.
 
-``EXPERIMENTS`` (every experiment name, filters' and joins') and :func:`run_experiment` are what
-``streamon experiment`` uses. The modules are imported on first use only: they pull in numba
-and matplotlib, which importing ``processors.experiments.plotting`` alone should not.
+``EXPERIMENTS`` (every experiment name: filters', joins', scheduling's) and
+:func:`run_experiment` are what ``streamon experiment`` uses. The modules are imported on first
+use only: they pull in numba and matplotlib, which importing ``processors.experiments.plotting``
+alone should not.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any
 
 def _registries() -> list[tuple[dict[str, Callable[[Path, float, int], list[Path]]], Any]]:
     """(EXPERIMENTS, run_experiment) of each experiment module."""
-    from processors.experiments import filters, joins
+    from processors.experiments import filters, joins, scheduling
 
     return [
         (filters.EXPERIMENTS, filters.run_experiment),
         (joins.EXPERIMENTS, joins.run_experiment),
+        (scheduling.EXPERIMENTS, scheduling.run_experiment),
     ]
 
 
