@@ -13,6 +13,7 @@ All in one run on one broker and one topic (``records`` Avro readings over 4 par
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import platform
 import time
@@ -105,6 +106,7 @@ def run_spark_bench(records: int = 1_000_000, repeats: int = 3) -> dict[str, Any
 
     from spark_bridge import read_topic, spark_session
 
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     bootstrap = resolve_bootstrap(load_settings())
     topic = f"bench-spark-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS)])
