@@ -578,11 +578,12 @@ def run_index_filters(  # type: ignore[no-untyped-def]
     Without samples the pass stops at the first empty selection.
     """
     n = order.shape[0]
-    t0 = cycles()
     n_samples = 0
+    profiled = 0
     if p > 0.0:
+        t0 = cycles()
         n_samples = start_profiles(size, p, run, state, samples, dropped_at, bits)
-    profiled = cycles() - t0
+        profiled = cycles() - t0
     counts[0] = size
     m = size
     extra = 0
