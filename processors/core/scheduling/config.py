@@ -14,9 +14,11 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 POLICIES = ("chain", "chain-flush", "mixed", "fifo", "round-robin", "greedy", "off")
-#: tuples an agent may process per grant before the arbiter decides again (Sect. 5.2 suggests a
-#: bound "e.g. 1000" so that a long queue cannot hold the processor)
-DEFAULT_GRANT_TUPLES = 4096
+#: most tuples an agent may process per grant before the arbiter decides again (Sect. 5.2
+#: suggests a bound, "e.g. 1000", so that a long queue cannot hold the processor; here the time
+#: quantum below is what bounds a turn, and this cap only keeps cheap stages' batches at the
+#: size they are fastest at)
+DEFAULT_GRANT_TUPLES = 16_384
 #: how long a granted turn should last: an agent processes about this much of its measured work
 #: before the arbiter decides again (short enough to preempt, long enough to keep the per-turn
 #: cost of Kafka and Faust small)
