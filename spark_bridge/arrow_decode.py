@@ -16,7 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from processors.core.batch import VarColumn
-from topics.avro import FlatField, RegistryCodec, SchemaStore, flat_fields
+from topics.avro import (
+    FlatField,
+    RegistryCodec,
+    SchemaError,
+    SchemaStore,
+    flat_fields,
+    schema_name,
+)
 from topics.columnar import RecordCodec
 
 _ARROW_TYPES = {
@@ -102,10 +109,22 @@ def timestamps_us(ms: np.ndarray) -> pa.Array:
 class ChunkDecoder:
     """Decodes message values of one reader schema into the columns a Spark schema asks for."""
 
-    def __init__(self, reader_schema: dict, registry_url: str | None, target: pa.Schema) -> None:
+    def __init__(
+        self, reader_schema: dict, registry: str | RegistryCodec | None, target: pa.Schema
+    ) -> None:
         self.fields = flat_fields(reader_schema)
-        registry = RegistryCodec(registry_url) if registry_url else None
-        self.codec = RecordCodec(reader_schema, store=SchemaStore(), registry=registry)
+        if isinstance(registry, str):  # a reader looks schemas up, it never registers one
+            registry = RegistryCodec(registry, auto_register=False)
+        try:
+            self.codec = RecordCodec(reader_schema, store=SchemaStore(), registry=registry)
+        except Exception as exc:
+            if getattr(exc, "http_status_code", None) != 404:
+                raise
+            raise SchemaError(
+                f"reader schema {schema_name(reader_schema)} is not registered in the schema "
+                "registry (subject: its full name); register it, or give no schema option to "
+                "read with the writer schema"
+            ) from exc
         self.target = target
 
     def columns(self, values: pa.BinaryArray) -> tuple[dict[str, pa.Array], np.ndarray, list]:

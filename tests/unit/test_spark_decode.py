@@ -303,3 +303,31 @@ def test_analyze_command_arguments() -> None:
     assert (args.query, args.topic, args.on_bad_record, args.master) == (
         None, "t", "skip", "local[2]"
     )  # fmt: skip
+
+
+def test_no_java_is_one_clear_line_and_the_demo_only_skips_its_spark_part(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from processors.runtime.analyze import demo_analysis
+    from spark_bridge import SparkUnavailable, spark_session
+
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java anywhere
+    with pytest.raises(SparkUnavailable, match="no java is on PATH or JAVA_HOME"):
+        spark_session()
+    said: list[str] = []
+    assert demo_analysis("127.0.0.1:1", tmp_path / "q.py", (0, 0), tmp_path, said.append) is None
+    assert said[-1].startswith("Spark analysis skipped: Spark needs Java")
+
+
+def test_confluent_wire_format_through_a_registry() -> None:
+    from topics.avro import RegistryCodec, SchemaError
+
+    registry = RegistryCodec("mock://spark-unit")  # the writer side registers
+    values = [registry.encode(SCHEMA, r) for r in RECORDS]
+    target = arrow_schema(spark_schema(SCHEMA))
+    batch, bad = _decode(values, ChunkDecoder(SCHEMA, registry, target))
+    assert not bad and batch.column("s").to_pylist() == [r["s"] for r in RECORDS]
+    other = dict(SCHEMA, name="NotRegistered")
+    with pytest.raises(SchemaError, match="NotRegistered is not registered"):
+        ChunkDecoder(other, "mock://spark-unit-empty", arrow_schema(spark_schema(other)))
