@@ -559,24 +559,12 @@ def _profile_position(  # type: ignore[no-untyped-def]
     return extra
 
 
-@njit(cache=True)
-def run_index_filters(  # type: ignore[no-untyped-def]
+@njit(cache=True, inline="always")
+def _index_pass(  # type: ignore[no-untyped-def]
     cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
     p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
 ):
-    """The main pass of a conjunction of index-probe filters in one call, with its drop
-    profiling. Position k runs ``select_in_index`` for filter ``order[k]`` over ``sels[k]``
-    (``counts[k]`` rows) into ``sels[k + 1]``; ``evaluations[f]`` and ``main_cycles[f]`` (its
-    :func:`cycles`, for the cost estimates a_i) grow by what it did. ``cols``, ``keys``,
-    ``masks``, ``zeros`` and ``probes`` are per filter id (tuples of the probed columns and of
-    the indexes' arrays, see ``hash_index.index_contains``).
-
-    With ``p`` > 0, rows are sampled first (:func:`start_profiles`, ``run``, ``state``) and
-    each position profiles them right after its selection, while its index is warm
-    (:func:`_profile_position`); ``ticks[0]`` gets the profiling's cycles and ``ticks[1]``
-    the number of samples (their bits and drop positions are ``bits`` and ``dropped_at``).
-    Without samples the pass stops at the first empty selection.
-    """
+    """The body of :func:`run_index_filters` (without the window part)."""
     n = order.shape[0]
     n_samples = 0
     profiled = 0
@@ -615,13 +603,62 @@ def run_index_filters(  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def run_index_filters(  # type: ignore[no-untyped-def]
+    cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
+    p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+):
+    """The main pass of a conjunction of index-probe filters in one call, with its drop
+    profiling. Position k runs ``select_in_index`` for filter ``order[k]`` over ``sels[k]``
+    (``counts[k]`` rows) into ``sels[k + 1]``; ``evaluations[f]`` and ``main_cycles[f]`` (its
+    :func:`cycles`, for the cost estimates a_i) grow by what it did. ``cols``, ``keys``,
+    ``masks``, ``zeros`` and ``probes`` are per filter id (tuples of the probed columns and of
+    the indexes' arrays, see ``hash_index.index_contains``).
+
+    With ``p`` > 0, rows are sampled first (:func:`start_profiles`, ``run``, ``state``) and
+    each position profiles them right after its selection, while its index is warm
+    (:func:`_profile_position`); ``ticks[0]`` gets the profiling's cycles and ``ticks[1]``
+    the number of samples (their bits and drop positions are ``bits`` and ``dropped_at``).
+    Without samples the pass stops at the first empty selection.
+    """
+    return _index_pass(
+        cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
+        p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+    )  # fmt: skip
+
+
+@njit(cache=True)
+def run_index_filters_absorbing(  # type: ignore[no-untyped-def]
+    cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
+    p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks, window,
+):
+    """:func:`run_index_filters`, then the re-optimizer's part in the same call: ``window``
+    holds the arguments of :func:`absorb_samples` after ``order``, ``mode`` and ``j`` (the
+    profile window, its view, detection and, for A-Greedy, correction). One more call and its
+    Python cost as much as that work after a cheap main pass. ``ticks[2:8]`` get what
+    :func:`absorb_samples` returns."""
+    m = _index_pass(
+        cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
+        p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+    )  # fmt: skip
+    (ring, ring_ts, wstate, now_ms, window_ms, hist, view, patterns, ring_codes, min_check,
+     costs, alpha, parent, correct, before) = window  # fmt: skip
+    r = absorb_samples(
+        dropped_at, ticks[1], bits, ring, ring_ts, wstate, now_ms, window_ms, hist, view,
+        order, mode, j, patterns, ring_codes, min_check, costs, alpha, parent, correct, before,
+    )  # fmt: skip
+    ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = r
+    return m
+
+
+@njit(cache=True)
 def absorb_samples(  # type: ignore[no-untyped-def]
     dropped_at, n_samples, bits, ring, ring_ts, state, now_ms, window_ms, hist, view, order,
-    mode, j, patterns, ring_codes, check, costs, alpha, parent, correct, before,
+    mode, j, patterns, ring_codes, min_check, costs, alpha, parent, correct, before,
 ):
     """The rest of a batch's profiling and re-optimization in one call: keep the dropped
     samples' bit rows (:func:`finish_profiles`), put them in the window with the view
-    (:func:`window_absorb`) and, if ``check``, look for a violation (:func:`find_violation`);
+    (:func:`window_absorb`) and, once it holds ``min_check`` profile tuples (-1: never), look
+    for a violation (:func:`find_violation`);
     with ``correct`` (A-Greedy), correct it at once (:func:`greedy_correct`, then the view for
     the new order), keeping the old order in ``before``. Returns (profile tuples, position of
     the violation or -1, filters the correction moved, window size, :func:`cycles` spent on
@@ -635,7 +672,7 @@ def absorb_samples(  # type: ignore[no-untyped-def]
     t2 = cycles()
     found = -1
     moved = 0
-    if check:
+    if 0 <= min_check <= state[1]:
         found = find_violation(view, order, costs, alpha, mode, j, parent)
     if found >= 0 and correct:
         for k in range(order.shape[0]):

@@ -31,6 +31,7 @@ from processors.kernels.profile_view import (
     ns_per_cycle,
     profile_step,
     run_index_filters,
+    run_index_filters_absorbing,
     sample_rows,
 )
 
@@ -111,8 +112,9 @@ class FilterStage:
         self._hits = np.zeros(1, dtype=np.int64)
         # all filters index probes: profile a batch in one kernel call (see _profile_indexes)
         self._index_filters = self.n > 0 and all(type(p) is InIndex for p in self.predicates)
-        # cycles of profiling inside main-pass calls, and the batch's number of samples
-        self._ticks = np.zeros(2, dtype=np.int64)
+        # cycles of profiling in the main-pass kernel call, the batch's number of samples, and
+        # what the re-optimizer's part of the call returned (run_index_filters_absorbing)
+        self._ticks = np.zeros(8, dtype=np.int64)
         self._indexes = [getattr(p, "index", None) for p in self.predicates]
         self._probes = tuple(int(getattr(p, "probes", 1)) for p in self.predicates)
         self._batch_evals = np.zeros(self.n, dtype=np.int64)
@@ -121,11 +123,13 @@ class FilterStage:
         self._ns_per_cycle = ns_per_cycle() if self._index_filters else 0.0
         if self._index_filters and not self._ns_per_cycle:  # no cycle counter: per-position path
             self._index_filters = False
-        self._samples_pending = 0  # samples of the last batch (index filters) to absorb
+        # what the batch's kernel call absorbed for the re-optimizer (index filters), to book
+        self._absorbed: list[int] | None = None
         self.profile_tuples = 0
         self.last_evaluations = 0  # filters evaluated for the last batch (main pass)
         self.ns = dict.fromkeys(BREAKDOWN, 0)
         self._cost_ns = 0  # time spent on a_i estimates during the current main pass
+        self._reopt_ns = 0  # re-optimizer work inside the current main pass's kernel call
         self.changes_total = 0
         self._logged_at = -LOG_EVERY_S  # monotonic time of the last change logged at INFO
         self._unlogged = 0
@@ -190,13 +194,15 @@ class FilterStage:
         else:
             out = [batch.take(sels[self.n, :passed].copy())]
         t2 = time.perf_counter_ns()
-        self.ns["tuple_processing"] += (t2 - t0) - self._profile_ns - self._cost_ns
+        self.ns["tuple_processing"] += (
+            (t2 - t0) - self._profile_ns - self._cost_ns - self._reopt_ns
+        )
         self.ns["profile_tuple_creation"] += self._profile_ns
         self.ns["profile_window"] += self._cost_ns
-        self._profile_ns = self._cost_ns = 0
-        if self._samples_pending:
-            self._absorb_samples(self._samples_pending, t2)
-            self._samples_pending = 0
+        self._profile_ns = self._cost_ns = self._reopt_ns = 0
+        if self._absorbed is not None:
+            self._book_absorbed(self._absorbed, t2)
+            self._absorbed = None
         elif self._profiled:
             self._absorb(self._profiled)
         self.tuples_out += passed
@@ -322,16 +328,28 @@ class FilterStage:
         evals, cyc, ticks = self._batch_evals, self._main_cycles, self._ticks
         evals[:] = 0
         cyc[:] = 0
-        run_index_filters(
+        reopt_part = self.reoptimizer.profiles and profiling
+        head = (
             cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
             tuple(ix.zero_slot for ix in indexes), self._probes, reopt.order, sels, size,
             counts, evals, cyc, self.config.p if profiling else 0.0, PROFILE_RUN,
             self._rng_state, self._samples, self._dropped_at, self._bits, reopt.mode,
             reopt.column, self.profile_evaluations, self.profile_repeats, self._hits, ticks,
         )  # fmt: skip
+        if reopt_part:  # the samples go to the re-optimizer in the same call
+            costs = self.costs.values()  # kept up to date by record_all: nothing to time
+            run_index_filters_absorbing(*head, reopt.kernel_window(self.clock_ms(), costs))
+        else:
+            run_index_filters(*head)
         scale = self._ns_per_cycle
         self._profile_ns += int(ticks[0] * scale)
-        self._samples_pending = int(ticks[1])
+        if reopt_part:
+            self._absorbed = result = ticks[2:].tolist()
+            # the re-optimizer's part of the call is not tuple processing
+            window_ns, check_ns = int(result[4] * scale), int(result[5] * scale)
+            self._reopt_ns += window_ns + check_ns
+            self.ns["view_update"] += window_ns
+            self.ns["violations"] += check_ns
         self.evaluations += evals
         if measure:  # filters that ran on fewer than min_tuples tuples are skipped
             start = time.perf_counter_ns()
@@ -340,22 +358,19 @@ class FilterStage:
         self.last_evaluations = int(counts[: self.n].sum())
         return sels, counts
 
-    def _absorb_samples(self, n_samples: int, t0: int) -> None:
-        """Hand this batch's samples to the re-optimizer in one call (index filters). What
-        its parts do not time (the Python around them, reporting changes) is re-optimizer
-        work too, charged to violation handling: all of the time from ``t0`` is counted."""
-        reopt = self.reoptimizer
-        ns = reopt.ns
-        before = ns["view_update"], ns["violations"]
-        m, changes = reopt.absorb_samples(
-            self._bits, self._dropped_at, n_samples, self.clock_ms(), self.costs.values()
-        )  # values() is an array kept up to date by record_many: nothing to time here
+    def _book_absorbed(self, result: list[int], t0: int) -> None:
+        """The re-optimizer's bookkeeping for what the batch's kernel call absorbed (index
+        filters; the call's window and violation parts were timed by the kernel), and the
+        changes it made. All the time from ``t0`` (this Python, correcting outside the kernel,
+        reporting changes) is violation handling."""
+        m, found, moved, size, window_cycles, check_cycles = result
+        changes = self.reoptimizer.absorbed(
+            m, found, moved, size, window_cycles, check_cycles, self.costs.values()
+        )
         self.profile_tuples += m
         for change in changes:
             self._report(change)
-        view_ns = ns["view_update"] - before[0]
-        self.ns["view_update"] += view_ns
-        self.ns["violations"] += time.perf_counter_ns() - t0 - view_ns
+        self.ns["violations"] += time.perf_counter_ns() - t0
 
     def _absorb(self, m: int) -> None:
         """Hand this batch's profile tuples to the re-optimizer, which may reorder."""

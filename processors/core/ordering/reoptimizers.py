@@ -28,7 +28,6 @@ from processors.kernels.profile_view import (
     FULL,
     PATTERN_MAX_N,
     TWO_DIAGONALS,
-    absorb_samples,
     find_violation,
     greedy_correct,
     hist_rebuild,
@@ -147,58 +146,58 @@ class Reoptimizer:
         self.ns["violations"] += time.perf_counter_ns() - t0
         return changes
 
-    def absorb_samples(
-        self,
-        bits: np.ndarray,
-        dropped_at: np.ndarray,
-        n_samples: int,
-        now_ms: int,
-        costs: np.ndarray,
-    ) -> tuple[int, list[OrderChange]]:
-        """``absorb`` for a batch's drop-profiling samples as the filter stage leaves them
-        (``bits[:n_samples]`` and each sample's drop position, n: not dropped), in one kernel
-        call with violation detection (``kernels.profile_view.absorb_samples``): after a
-        cheap main pass, every call and Python step per batch shows. The kernel times its
-        parts. Returns (profile tuples inserted, order changes)."""
-        if not self.profiles:
-            return 0, []
+    def kernel_window(self, now_ms: int, costs: np.ndarray) -> tuple[object, ...]:
+        """The arguments of ``kernels.profile_view.absorb_samples`` after the order, mode and
+        profiled position: the filter stage passes them to the kernel call that profiles its
+        batch, which then also absorbs the samples and detects (A-Greedy: corrects) a
+        violation; ``absorbed`` does the rest with what that call returns."""
         window = self.window
-        minimum = self.config.min_profile_tuples
-        check = self._kernel_checks and window.size + n_samples >= minimum
-        m, found, moved, size, window_ticks, check_ticks = absorb_samples(
-            dropped_at, n_samples, bits, window.bits, window.ts, window.state, now_ms,
-            window.window_ms or 0, self.hist, self.view, self.order, self.mode, self.column,
-            self.patterns, window.codes, check, costs, self.alpha, self.parents,
-            self.kernel_corrects,
-            self._before,
+        minimum = self.config.min_profile_tuples if self._kernel_checks else -1
+        return (
+            window.bits, window.ts, window.state, now_ms, window.window_ms or 0, self.hist,
+            self.view, self.patterns, window.codes, minimum, costs, self.alpha, self.parents,
+            self.kernel_corrects, self._before,
         )  # fmt: skip
-        window.inserted_total += m
+
+    def absorbed(
+        self,
+        m: int,
+        found: int,
+        moved: int,
+        size: int,
+        window_cycles: int,
+        check_cycles: int,
+        costs: np.ndarray,
+    ) -> list[OrderChange]:
+        """Book what a kernel call with ``kernel_window``'s arguments did: ``m`` profile
+        tuples inserted (the window now holds ``size``), ``found`` the position of a violation
+        (-1: none; corrected inside the call for A-Greedy, where ``moved`` filters moved), and
+        the cycles its parts took. Corrects in Python what the kernel did not."""
+        self.window.inserted_total += m
         scale = self._ns_per_cycle
         ns = self.ns
-        ns["view_update"] += int(window_ticks * scale)
-        ns["violations"] += int(check_ticks * scale)
-        enough = size >= minimum
-        if check and enough and found < 0 and self._no_after_check:  # the common case
-            self.checks += 1
-            return m, []
+        ns["view_update"] += int(window_cycles * scale)
+        ns["violations"] += int(check_cycles * scale)
+        enough = size >= self.config.min_profile_tuples
+        if not enough:
+            return self.after_check()
+        self.checks += 1
+        if found < 0 and self._no_after_check:  # the common case
+            return []
         t0 = time.perf_counter_ns()
         changes: list[OrderChange] = []
-        if check and found >= 0 and self.kernel_corrects:  # corrected inside the kernel
-            self.checks += 1
+        if found >= 0 and self.kernel_corrects:  # corrected inside the kernel
             self.violations += 1
             if moved:
                 changes.append(self._change(int(found)))
             changes.extend(self.after_check())
         else:
-            position = None
-            if enough:
-                self.checks += 1
-                position = int(found) if check else self.violation(costs)
-                if position is not None and position < 0:
-                    position = None
+            position = int(found) if self._kernel_checks else self.violation(costs)
+            if position is not None and position < 0:
+                position = None
             changes = self._correct_at(position, costs)
-        self.ns["violations"] += time.perf_counter_ns() - t0
-        return m, changes
+        ns["violations"] += time.perf_counter_ns() - t0
+        return changes
 
     def _change(self, position: int) -> OrderChange:
         """The change a correction inside ``absorb_samples`` made (A-Greedy's Fig. 5): kept
