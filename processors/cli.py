@@ -81,6 +81,10 @@ def _bench(args: argparse.Namespace) -> int:
         from processors.bench.spark import run_spark_bench
 
         results = run_spark_bench(records=args.records or 1_000_000)
+    elif args.what == "arbiter":
+        from processors.bench.arbiter import run_arbiter_bench
+
+        results = run_arbiter_bench(records=args.records or 500_000, kafka=not args.no_kafka)
     elif args.what == "codec":
         from processors.bench.codec import measure_codec
 
@@ -110,15 +114,45 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from processors.experiments import EXPERIMENTS, run_experiment
+    from processors.experiments import EXPERIMENTS, LIVE_EXPERIMENTS, run_experiment
 
+    if args.name in LIVE_EXPERIMENTS:  # on the broker, with workers: not part of "all"
+        paths = LIVE_EXPERIMENTS[args.name](
+            Path(args.out), scale=args.scale, seed=args.seed, json_path=args.json
+        )
+        for path in paths:
+            print(f"wrote {path}")
+        return 0
     names = sorted(EXPERIMENTS) if args.name == "all" else [args.name]
     for name in names:
         if name not in EXPERIMENTS:
-            raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
+            known = sorted([*EXPERIMENTS, *LIVE_EXPERIMENTS])
+            raise ValueError(f"unknown experiment {name!r}; choose one of {known}")
     for name in names:
         for path in run_experiment(name, Path(args.out), scale=args.scale, seed=args.seed):
             print(f"wrote {path}")
+    return 0
+
+
+def _control(args: argparse.Namespace) -> int:
+    """Publish a POLICY record: every worker of the query switches scheduling policy."""
+    from processors.runtime.control import publish_policy
+    from processors.runtime.queries import load_plan
+
+    query = load_plan(args.query).name
+    settings = {
+        key: value
+        for key, value in (
+            ("latency_ms", args.latency_ms),
+            ("gamma", args.gamma),
+            ("quantum_ms", args.quantum_ms),
+        )
+        if value is not None
+    }
+    config = publish_policy(
+        resolve_bootstrap(load_settings()), query, args.policy, settings, issuer="streamon-cli"
+    )
+    print(f"query {query}: scheduling policy {config.policy} published ({json.dumps(settings)})")
     return 0
 
 
@@ -152,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks")
     bench.add_argument(
-        "what", choices=["ingest", "codec", "envelope", "filters", "mjoin", "spark"]
+        "what", choices=["ingest", "codec", "envelope", "filters", "mjoin", "spark", "arbiter"]
     )
     bench.add_argument(
         "--records", type=int, default=None, help="ingest: 500,000 (default); spark: 1,000,000"
@@ -192,7 +226,23 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--out", default="docs/experiments", help="output directory")
     experiment.add_argument("--scale", type=float, default=1.0, help="1.0: full size")
     experiment.add_argument("--seed", type=int, default=0)
+    experiment.add_argument(
+        "--json", default=None, help="chain-live: write the summary figures to this JSON file"
+    )
     experiment.set_defaults(func=_experiment)
+
+    control = sub.add_parser(
+        "control", help="change a running query's scheduling policy (all its workers)"
+    )
+    control.add_argument("what", choices=["policy"])
+    control.add_argument("query", help="query file, module:attr or built-in")
+    control.add_argument(
+        "policy", choices=["chain", "chain-flush", "mixed", "fifo", "round-robin", "greedy", "off"]
+    )
+    control.add_argument("--latency-ms", type=float, default=None, help="chain-flush threshold")
+    control.add_argument("--gamma", type=float, default=None, help="mixed: slope threshold")
+    control.add_argument("--quantum-ms", type=float, default=None, help="length of a turn")
+    control.set_defaults(func=_control)
     return parser
 
 

@@ -32,6 +32,18 @@ POLICY = "POLICY"
 PRIORITIES = "PRIORITIES"
 
 
+def control_key(query: str, kind: str) -> bytes:
+    """The Kafka key of a control record: one per query and kind, so that compaction keeps each
+    query's latest policy and latest plan (and a restarted worker reads little)."""
+    return f"{query}/{kind}".encode()
+
+
+def control_topic_spec() -> Any:
+    from topics.specs import TopicSpec
+
+    return TopicSpec(CONTROL_TOPIC, 1, compacted=True)
+
+
 @dataclass(frozen=True)
 class ControlRecord:
     kind: str
@@ -142,17 +154,18 @@ def publish_policy(
 
     from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
     from topics.admin import ensure_topics
-    from topics.specs import TopicSpec
 
     try:
         config = SchedulingConfig.from_mapping({"policy": policy, **settings})
     except (SchedulingConfigError, TypeError) as exc:
         raise ValueError(f"scheduling policy for {query}: {exc}") from exc
-    ensure_topics(bootstrap, [TopicSpec(CONTROL_TOPIC, 1)])
+    ensure_topics(bootstrap, [control_topic_spec()])
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     payload = {"policy": policy, **settings}
     producer.produce(
-        CONTROL_TOPIC, encode_control(POLICY, query, payload, issuer), key=query.encode()
+        CONTROL_TOPIC,
+        encode_control(POLICY, query, payload, issuer),
+        key=control_key(query, POLICY),
     )
     if producer.flush(10.0):
         raise ValueError(f"the control record for {query} was not acknowledged by {bootstrap}")

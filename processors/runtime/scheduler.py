@@ -29,8 +29,12 @@ from processors.runtime.control import POLICY, PRIORITIES, ControlRecord, encode
 
 log = logging.getLogger(__name__)
 
-#: how often the active scheduler republishes its plan (statistics drift; a new worker needs one)
+#: how often the active scheduler re-measures; it publishes when the plan changed materially
 PUBLISH_EVERY_S = 2.0
+#: ... and at least this often anyway (measured times drift; Chain-Flush's p_q follows them)
+HEARTBEAT_S = 10.0
+#: a change of an operator's time per tuple or selectivity by more than this share is material
+MATERIAL_CHANGE = 0.25
 #: a worker stops considering itself the scheduler when no stats arrived for this long
 LEADERSHIP_TIMEOUT_S = 5.0
 
@@ -91,6 +95,8 @@ class Scheduling:
         self.seq = 0
         self._last_stats = float("-inf")
         self._last_publish = float("-inf")
+        self._last_check = float("-inf")
+        self._force_publish = False
         self._last_ranking: list[list[str]] | None = None
         self.changes: list[dict[str, Any]] = []
         arbiter.enabled = config.policy != "off"
@@ -114,13 +120,18 @@ class Scheduling:
     def tick(self) -> bool:
         """Publish the measured plan if this worker is the scheduler and it is time."""
         now = self.clock()
-        if not self.leading or now - self._last_publish < PUBLISH_EVERY_S:
+        if not self.leading or now - self._last_check < PUBLISH_EVERY_S:
             return False
         totals = self.window.totals(int(now * 1000))
         try:
             plan = measured_plan(self.query, self.paths, totals, self.config, self.published)
         except ValueError as exc:  # statistics that make no plan: say so, try again later
             log.warning("scheduler for %s: no plan from the statistics: %s", self.query, exc)
+            return False
+        self._last_check = now
+        due = self._force_publish or self.published is None
+        due = due or now - self._last_publish >= HEARTBEAT_S
+        if not due and not self._material(plan):
             return False
         self.published = plan
         self.seq += 1
@@ -132,7 +143,27 @@ class Scheduling:
         }
         self._publish(encode_control(PRIORITIES, self.query, payload, self.worker_id, self.seq))
         self._last_publish = now
+        self._force_publish = False
         return True
+
+    def _material(self, plan: SchedulingPlan) -> bool:
+        """Whether ``plan`` differs enough from the published one to publish it now: another
+        priority ranking under the policy in force, or an operator's figures moved a lot."""
+        old = self.published
+        if old is None or old.paths != plan.paths:
+            return True
+        for op, (t, s) in plan.stats.items():
+            t0, s0 = old.stats.get(op, (0.0, 0.0))
+            if abs(t - t0) > MATERIAL_CHANGE * max(t0, 1e-12):
+                return True
+            if abs(s - s0) > MATERIAL_CHANGE * max(s0, 1e-3):
+                return True
+        if self.config.policy == "off":
+            return False
+        settings = policy_settings(self.config)
+        before = make_policy(self.config.policy, old, **settings).priorities()
+        after = make_policy(self.config.policy, plan, **settings).priorities()
+        return _ranking(before) != _ranking(after)
 
     # -- every worker ---------------------------------------------------------------------------
     def apply(self, record: ControlRecord) -> None:
@@ -145,6 +176,7 @@ class Scheduling:
             settings = {**self.config.to_json(), **record.payload}
             previous = self.config
             self.config = SchedulingConfig.from_mapping(settings)
+            self._force_publish = True  # the scheduler's next plan carries the new settings
             self.window = StatsWindow(self.config.stats_window_s * 1000)
             log.info("query %s: scheduling policy is now %s (%s)", self.query,
                      self.config.policy, record.issuer or "unknown issuer")  # fmt: skip
@@ -171,8 +203,7 @@ class Scheduling:
 
     def _note_ranking(self, priorities: dict[str, float]) -> None:
         """Log and remember when the priority order of the agents changes."""
-        levels = sorted(set(priorities.values()), reverse=True)
-        ranking = [sorted(op for op, p in priorities.items() if p == v) for v in levels]
+        ranking = _ranking(priorities)
         if ranking == self._last_ranking:
             return
         change = {
@@ -210,6 +241,12 @@ class Scheduling:
         for c in self.changes:
             c["reported"] = True
         return json.loads(json.dumps(out))
+
+
+def _ranking(priorities: dict[str, float]) -> list[list[str]]:
+    """Operators grouped by priority, highest first (ties grouped, names sorted)."""
+    levels = sorted(set(priorities.values()), reverse=True)
+    return [sorted(op for op, p in priorities.items() if p == v) for v in levels]
 
 
 def add_scheduling_agents(

@@ -27,7 +27,7 @@ from processors.runtime.agents import (
     backlog_of,
 )
 from processors.runtime.arbiter import Arbiter
-from processors.runtime.control import CONTROL_TOPIC
+from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.producer import RecordProducer
@@ -138,7 +138,7 @@ def plan_pipeline(plan: LogicalPlan) -> Pipeline:
         TopicSpec(out, partitions),
         TopicSpec(plan.result_topic, plan.result_partitions or 1),
         TopicSpec(STATS_TOPIC, 1),
-        TopicSpec(CONTROL_TOPIC, 1),
+        control_topic_spec(),
         TopicSpec(DEAD_LETTER_TOPIC, 1),
     ]
     stages = list(zip(names, inputs, outputs, strict=True))
@@ -195,7 +195,7 @@ def _general_pipeline(plan: LogicalPlan) -> Pipeline:
         TopicSpec(plan.result_topic, plan.result_partitions or 1),
         TopicSpec(state_topic(plan.name), 1, compacted=True),
         TopicSpec(STATS_TOPIC, 1),
-        TopicSpec(CONTROL_TOPIC, 1),
+        control_topic_spec(),
         TopicSpec(DEAD_LETTER_TOPIC, 1),
     ]
     return Pipeline(ingest, [], out, specs, steps, ingest_partition, part.to_json())
@@ -278,7 +278,9 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         pipeline_paths(pipeline),
         config,
         arbiter,
-        lambda record: producer.produce(CONTROL_TOPIC, record, key=plan.name.encode()),
+        lambda record: producer.produce(
+            CONTROL_TOPIC, record, key=control_key(plan.name, PRIORITIES)
+        ),
         options.worker_id,
     )
     add_scheduling_agents(app, board, scheduling, options.bootstrap, STATS_TOPIC, CONTROL_TOPIC)

@@ -18,6 +18,7 @@ from processors.runtime.control import (
     encode_control,
 )
 from processors.runtime.scheduler import (
+    HEARTBEAT_S,
     PUBLISH_EVERY_S,
     Scheduling,
     plan_from_json,
@@ -92,9 +93,32 @@ def test_the_scheduler_publishes_measured_statistics_and_every_worker_installs_t
 
     clock.now += PUBLISH_EVERY_S
     _feed(scheduling, clock)
-    assert scheduling.tick()
+    assert not scheduling.tick()  # same figures: nothing new to publish
+    clock.now += HEARTBEAT_S
+    _feed(scheduling, clock)
+    assert scheduling.tick()  # ... until the heartbeat
     scheduling.apply(_decode(published[1]))
     assert scheduling.events() == []  # same ranking: no new change
+
+
+def test_a_material_change_is_published_at_the_next_check() -> None:
+    clock = Clock()
+    scheduling, published = _scheduling(SchedulingConfig("chain"), clock)
+    _feed(scheduling, clock)
+    assert scheduling.tick()
+    clock.now += PUBLISH_EVERY_S + 10  # the first window has expired
+    # op.b now keeps everything: the chain breaks up
+    for agent, n_in, n_out, busy in [
+        ("ingest.r", 10_000, 10_000, 10.0),
+        ("op.a", 10_000, 9_000, 40.0),
+        ("op.b", 9_000, 9_000, 9.0),
+        ("op.c", 9_000, 9_000, 900.0),
+        ("sink", 9_000, 9_000, 10.0),
+    ]:
+        scheduling.on_stats(_stats_record(agent, n_in, n_out, busy, clock.now))
+    assert scheduling.tick()
+    scheduling.apply(_decode(published[-1]))
+    assert plan_from_json(_decode(published[-1]).payload["plan"]).stats["op.b"][1] == 1.0
 
 
 def test_a_policy_record_switches_every_worker_at_once_and_the_scheduler_follows() -> None:
