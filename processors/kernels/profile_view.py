@@ -244,14 +244,15 @@ def window_absorb(  # type: ignore[no-untyped-def]
     view up to date. ``state`` = [start, size].
 
     With ``patterns`` (its length 2^n, see PATTERN_MAX_N) the window is counted by bit pattern
-    (``ring_codes`` keeps each slot's pattern) and the view rebuilt from those counts.
+    (``ring_codes`` keeps each slot's pattern, ``ring`` is not written) and the view rebuilt
+    from those counts.
     Otherwise (``patterns`` empty) the view is kept through ``hist``, a count of profile
     tuples by (drop position, position that drops them): Fig. 3 touches up to dc * (n - dc)
     view entries per tuple, the histogram n - dc, and the view is its running sums, rebuilt
     once per call.
     """
     counted = patterns.shape[0] > 0
-    cap = ring.shape[0]
+    cap = ring_ts.shape[0]
     width = ring.shape[1]
     start, size = state[0], state[1]
     first = 0
@@ -274,14 +275,14 @@ def window_absorb(  # type: ignore[no-untyped-def]
         size -= 1
     slot = start + size if start + size < cap else start + size - cap
     for t in range(first, m):
-        for f in range(width):
-            ring[slot, f] = new_bits[t, f]
         ring_ts[slot] = now_ms
-        if counted:
+        if counted:  # the slot's pattern is all that is kept
             code = _code(new_bits, t)
             ring_codes[slot] = code
             patterns[code] += 1
         else:
+            for f in range(width):
+                ring[slot, f] = new_bits[t, f]
             _count_one(hist, order, ring, slot, 1)
         size += 1
         slot = slot + 1 if slot + 1 < cap else 0
@@ -677,7 +678,7 @@ def absorb_samples(  # type: ignore[no-untyped-def]
     if found >= 0 and correct:
         for k in range(order.shape[0]):
             before[k] = order[k]
-        cap = ring.shape[0]
+        cap = ring_ts.shape[0]
         size = state[1] if patterns.shape[0] == 0 else 0
         rows = np.empty(size, dtype=np.int64)
         for k in range(size):

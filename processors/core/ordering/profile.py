@@ -21,15 +21,28 @@ class ProfileWindow:
     ``kernels.profile_view.window_absorb``, together with the view update.
     """
 
-    def __init__(self, n_filters: int, capacity: int, window_ms: int | None = None) -> None:
+    def __init__(
+        self, n_filters: int, capacity: int, window_ms: int | None = None, patterned: bool = False
+    ) -> None:
         self.n = n_filters
         self.capacity = capacity
         self.window_ms = window_ms
-        self.bits = np.zeros((capacity, n_filters), dtype=np.uint8)
+        # patterned (few filters, see kernels.profile_view.PATTERN_MAX_N): each slot keeps its
+        # bit pattern in ``codes`` only, and ``ring`` is not written; else ``ring`` holds bits
+        self.patterned = patterned
+        self.ring = np.zeros((1 if patterned else capacity, n_filters), dtype=np.uint8)
         self.ts = np.zeros(capacity, dtype=np.int64)
-        self.codes = np.zeros(capacity, dtype=np.int64)  # each slot's bit pattern (few filters)
+        self.codes = np.zeros(capacity, dtype=np.int64)
         self.state = np.zeros(2, dtype=np.int64)  # [slot of the oldest tuple, tuples held]
         self.inserted_total = 0
+
+    @property
+    def bits(self) -> np.ndarray:
+        """The profile tuples' bits by slot (``bits[live_rows()]`` is the window)."""
+        if not self.patterned:
+            return self.ring
+        shifts = np.arange(self.n, dtype=np.int64)
+        return ((self.codes[:, None] >> shifts) & 1).astype(np.uint8)
 
     @property
     def start(self) -> int:

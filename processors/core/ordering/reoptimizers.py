@@ -85,7 +85,9 @@ class Reoptimizer:
             raise ValueError(f"order {list(self.order)} is not a permutation of 0..{n_filters - 1}")
         if not self.respects_precedence(self.order):
             raise ValueError(f"order {list(self.order)} puts a filter before its parent")
-        self.window = ProfileWindow(n_filters, config.window, config.window_ms)
+        self.window = ProfileWindow(
+            n_filters, config.window, config.window_ms, patterned=n_filters <= PATTERN_MAX_N
+        )
         self.view = np.zeros((n_filters, n_filters), dtype=np.int64)
         # profile tuples by (drop position, dropping position): the view is its running sums
         self.hist = np.zeros((n_filters, n_filters), dtype=np.int64)
@@ -127,7 +129,7 @@ class Reoptimizer:
         t0 = time.perf_counter_ns()
         window = self.window
         window_absorb(
-            window.bits, window.ts, window.state, np.ascontiguousarray(bits, dtype=np.uint8),
+            window.ring, window.ts, window.state, np.ascontiguousarray(bits, dtype=np.uint8),
             len(bits), now_ms, window.window_ms or 0, self.hist, self.view, self.order,
             self.mode, self.column, self.patterns, window.codes,
         )  # fmt: skip
@@ -154,7 +156,7 @@ class Reoptimizer:
         window = self.window
         minimum = self.config.min_profile_tuples if self._kernel_checks else -1
         return (
-            window.bits, window.ts, window.state, now_ms, window.window_ms or 0, self.hist,
+            window.ring, window.ts, window.state, now_ms, window.window_ms or 0, self.hist,
             self.view, self.patterns, window.codes, minimum, costs, self.alpha, self.parents,
             self.kernel_corrects, self._before,
         )  # fmt: skip
@@ -239,7 +241,7 @@ class Reoptimizer:
         if len(self.patterns):
             view_from_patterns(self.patterns, self.order, self.view, self.mode, self.column)
             return
-        hist_rebuild(self.hist, self.order, self.window.bits, self.window.live_rows())
+        hist_rebuild(self.hist, self.order, self.window.ring, self.window.live_rows())
         view_from_hist(self.hist, self.view, self.mode, self.column)
 
     def recompute_view(self) -> None:
@@ -276,7 +278,7 @@ class AGreedy(Reoptimizer):
         before = self.order.copy()
         rows = NO_PATTERNS if len(self.patterns) else self.window.live_rows()
         greedy_correct(
-            self.view, self.order, self.window.bits, rows, costs, position, self.parents,
+            self.view, self.order, self.window.ring, rows, costs, position, self.parents,
             self.patterns,
         )  # fmt: skip
         moved = [int(f) for k, f in enumerate(self.order) if f != before[k]]
