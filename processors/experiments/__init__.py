@@ -40,18 +40,24 @@ def run_experiment(name: str, out_dir: Path, scale: float = 1.0, seed: int = 0) 
     raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(all_experiments())}")
 
 
-def _chain_live(
-    out_dir: Path, scale: float = 1.0, seed: int = 0, json_path: str | None = None
-) -> list[Path]:
-    from processors.experiments.chain_live import run_chain_live
+def _live(name: str) -> Callable[..., list[Path]]:
+    def run(
+        out_dir: Path, scale: float = 1.0, seed: int = 0, json_path: str | None = None
+    ) -> list[Path]:
+        from processors.experiments.chain_live import CHARTS, run_chain_live
 
-    return run_chain_live(
-        out_dir, scale=scale, seed=seed, json_path=Path(json_path) if json_path else None
-    )
+        return run_chain_live(
+            out_dir, scale=scale, seed=seed, json_path=Path(json_path) if json_path else None,
+            chart=CHARTS[name],
+        )  # fmt: skip
+
+    return run
 
 
 #: experiments that run workers on a broker (minutes each): by name only, never in "all"
-LIVE_EXPERIMENTS: dict[str, Callable[..., list[Path]]] = {"chain-live": _chain_live}
+LIVE_EXPERIMENTS: dict[str, Callable[..., list[Path]]] = {
+    name: _live(name) for name in ("chain-live", "chain-live-two-ops", "chain-live-stored-join")
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -53,6 +53,29 @@ log = logging.getLogger(__name__)
 
 #: Sect. 6.1.1's four-operator chart: a fast, selective third operator hidden behind a slow one
 FOUR_OPERATORS = [(0, 1.0), (400, 0.9), (2000, 0.88), (2200, 0.1), (4000, 0.0)]
+
+
+@dataclass(frozen=True)
+class LiveChart:
+    """A progress chart of Sect. 6 run live: points, and the name of its output files."""
+
+    name: str
+    title: str
+    points: tuple[tuple[float, float], ...]
+
+
+CHARTS = {
+    "chain-live": LiveChart("chain_live", "four operators", tuple(FOUR_OPERATORS)),
+    # Sect. 6.1.1, Figs. 4-5: a fast selective operator, then a slow one
+    "chain-live-two-ops": LiveChart(
+        "chain_live_two_ops", "two operators", ((0, 1.0), (500, 0.3), (4000, 0.0))
+    ),
+    # Sect. 6.1.2, Fig. 8: a join with a stored relation (s > 1) before a fast selective one
+    "chain-live-stored-join": LiveChart(
+        "chain_live_stored_join", "join with a stored relation, s > 1",
+        ((0, 1.0), (400, 0.9), (1300, 2.0), (1500, 0.2), (4000, 0.0)),
+    ),  # fmt: skip
+}
 SCHEMA = "reading"  # sensor_id carries the sequence number, ts the arrival time in ms
 
 QUERY_TEMPLATE = """\
@@ -419,6 +442,7 @@ POLICY_RUNS: list[tuple[str, dict[str, Any]]] = [
 def run_chain_live(
     out_dir: Path, scale: float = 1.0, seed: int = 0, json_path: Path | None = None,
     setup: LiveSetup | None = None, bootstrap: str | None = None,
+    chart: LiveChart = CHARTS["chain-live"],
 ) -> list[Path]:  # fmt: skip
     """Calibrate, run every policy on the same bursty arrivals, then Chain-Flush at a latency
     threshold between FIFO's and Chain's peaks; write CSVs, PNGs and the JSON summary."""
@@ -429,13 +453,14 @@ def run_chain_live(
     bootstrap = bootstrap or resolve_bootstrap(settings)
     state_dir = settings.state_dir / "chain-live"
     state_dir.mkdir(parents=True, exist_ok=True)
-    ops = chart_operators(FOUR_OPERATORS, setup.time_scale)
+    points = [tuple(p) for p in chart.points]
+    ops = chart_operators(points, setup.time_scale)
 
     _say(f"calibrating: {len(ops)} synthetic operators, {_cost_per_input_tuple_us(ops):.0f} µs "
          "of work per input tuple")  # fmt: skip
     cal = calibrate(bootstrap, state_dir, ops, setup)
     capacity = cal["capacity_per_s"]
-    chain1 = capacity / first_chain_share(FOUR_OPERATORS)
+    chain1 = capacity / first_chain_share(points)
     burst_rate = min(setup.burst_factor * capacity, setup.chain1_margin * chain1)
     base_rate = setup.base_factor * capacity
     schedule = burst_schedule(base_rate, burst_rate, setup)
@@ -456,9 +481,9 @@ def run_chain_live(
                          schedule, setup)  # fmt: skip
     runs.append(flush)
 
-    summary = _summary(runs, cal, schedule, setup, threshold_ms)
+    summary = _summary(runs, cal, schedule, setup, threshold_ms, points)
     out_dir = Path(out_dir)
-    paths = _write_outputs(out_dir, runs, summary, schedule)
+    paths = _write_outputs(out_dir, runs, summary, schedule, chart)
     if json_path is not None:
         json_path = Path(json_path)
         json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -494,7 +519,7 @@ def _run_and_say(
 
 def _summary(
     runs: list[RunResult], cal: dict[str, float], schedule: Schedule, setup: LiveSetup,
-    threshold_ms: float,
+    threshold_ms: float, points: list[tuple[float, float]],
 ) -> dict[str, Any]:  # fmt: skip
     by = {r.policy: r for r in runs}
     out: dict[str, Any] = {}
@@ -541,7 +566,7 @@ def _summary(
         "base_rate_per_s": schedule.base_rate,
         "burst_rate_per_s": schedule.burst_rate,
         "burst": list(schedule.burst),
-        "chart": FOUR_OPERATORS,
+        "chart": points,
     }
     out["setup"] = asdict(setup)
     out["machine"] = _machine()
@@ -549,13 +574,15 @@ def _summary(
 
 
 def _write_outputs(
-    out_dir: Path, runs: list[RunResult], summary: dict[str, Any], schedule: Schedule
-) -> list[Path]:
+    out_dir: Path, runs: list[RunResult], summary: dict[str, Any], schedule: Schedule,
+    chart: LiveChart,
+) -> list[Path]:  # fmt: skip
     from processors.experiments.plotting import figure, save, write_csv
 
     notes = [
-        "streamon experiment chain-live: Babcock et al. Sect. 6.1.1 four-operator chart "
-        "(0,1),(400,0.9),(2000,0.88),(2200,0.1),(4000,0) as synthetic operators on one worker",
+        f"streamon experiment {chart.name.replace('_', '-')}: Babcock et al. Sect. 6 chart "
+        f"{', '.join(f'({t:g},{s:g})' for t, s in chart.points)} ({chart.title}) as synthetic "
+        "operators on one worker",
         f"steady {schedule.base_rate:.0f}/s, burst {schedule.burst_rate:.0f}/s at "
         f"{schedule.burst[0]:g}-{schedule.burst[0] + schedule.burst[1]:g} s; "
         f"{len(schedule.offsets)} records (seeded Poisson)",
@@ -585,31 +612,33 @@ def _write_outputs(
         for r in runs
     ]
     paths = [
-        write_csv(out_dir / "chain_live_queue.csv", queue_rows,
+        write_csv(out_dir / f"{chart.name}_queue.csv", queue_rows,
                   ["policy", "t_s", "queued_bytes", "queued_tuples"], notes),  # fmt: skip
-        write_csv(out_dir / "chain_live_queue_agents.csv", agent_rows,
+        write_csv(out_dir / f"{chart.name}_queue_agents.csv", agent_rows,
                   ["policy", "t_s", "agent", "queued_bytes", "queued_tuples"], notes),  # fmt: skip
-        write_csv(out_dir / "chain_live_latency.csv", latency_rows,
+        write_csv(out_dir / f"{chart.name}_latency.csv", latency_rows,
                   ["policy", "t_s", "latency_ms"], notes),  # fmt: skip
-        write_csv(out_dir / "chain_live_summary.csv", summary_rows,
+        write_csv(out_dir / f"{chart.name}_summary.csv", summary_rows,
                   ["policy", "peak_queued_bytes", "peak_queued_tuples", "peak_latency_ms",
                    "mean_latency_ms", "results"], notes),  # fmt: skip
     ]
-    fig, ax = figure("Queued data vs time (live, four operators)", "time (s)", "queued KB")
+    fig, ax = figure(f"Queued data vs time (live, {chart.title})", "time (s)", "queued KB")
     for r in runs:
         ax.plot([s["t"] for s in r.samples], [s["queued_bytes"] / 1024 for s in r.samples],
                 label=_label(r), linewidth=1.2)  # fmt: skip
     _shade_burst(ax, schedule)
     ax.legend(fontsize=8)
-    paths.append(save(fig, out_dir / "chain_live_queue.png"))
-    fig, ax = figure("Output latency vs time (live, four operators)", "time (s)", "latency (ms)")
+    paths.append(save(fig, out_dir / f"{chart.name}_queue.png"))
+    fig, ax = figure(
+        f"Output latency vs time (live, {chart.title})", "time (s)", "latency (ms)"
+    )
     for r in runs:
         binned = _binned_latency(r.latencies)
         ax.plot([t for t, _ in binned], [v for _, v in binned], label=_label(r), linewidth=1.2)
     ax.axhline(summary["flush_threshold_ms"], color="grey", linestyle=":", linewidth=1)
     _shade_burst(ax, schedule)
     ax.legend(fontsize=8)
-    paths.append(save(fig, out_dir / "chain_live_latency.png"))
+    paths.append(save(fig, out_dir / f"{chart.name}_latency.png"))
     return paths
 
 
