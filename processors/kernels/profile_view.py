@@ -634,17 +634,18 @@ def run_index_filters_absorbing(  # type: ignore[no-untyped-def]
 ):
     """:func:`run_index_filters`, then the re-optimizer's part in the same call: ``window``
     holds the arguments of :func:`absorb_samples` after ``order``, ``mode`` and ``j`` (the
-    profile window, its view, detection and, for A-Greedy, correction). One more call and its
+    profile window, its view, detection and, for A-Greedy, correction), the time ``now_ms``
+    as a one-element array. One more call and its
     Python cost as much as that work after a cheap main pass. ``ticks[2:8]`` get what
     :func:`absorb_samples` returns."""
     m = _index_pass(
         cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
         p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
     )  # fmt: skip
-    (ring, ring_ts, wstate, now_ms, window_ms, hist, view, patterns, ring_codes, min_check,
+    (ring, ring_ts, wstate, now, window_ms, hist, view, patterns, ring_codes, min_check,
      costs, alpha, parent, correct, before) = window  # fmt: skip
     r = absorb_samples(
-        dropped_at, ticks[1], bits, ring, ring_ts, wstate, now_ms, window_ms, hist, view,
+        dropped_at, ticks[1], bits, ring, ring_ts, wstate, now[0], window_ms, hist, view,
         order, mode, j, patterns, ring_codes, min_check, costs, alpha, parent, correct, before,
     )  # fmt: skip
     ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = r

@@ -101,6 +101,8 @@ class Reoptimizer:
         self._kernel_checks = n_filters >= 2 and type(self).violation is Reoptimizer.violation
         self._no_after_check = type(self).after_check is Reoptimizer.after_check
         self._before = np.zeros(n_filters, dtype=np.int64)  # the order a kernel correction left
+        self._now = np.zeros(1, dtype=np.int64)  # the batch's clock (ms) for kernel_window
+        self._window_args: tuple[object, ...] | None = None
         self.checks = 0
         self.violations = 0
 
@@ -152,14 +154,18 @@ class Reoptimizer:
         """The arguments of ``kernels.profile_view.absorb_samples`` after the order, mode and
         profiled position: the filter stage passes them to the kernel call that profiles its
         batch, which then also absorbs the samples and detects (A-Greedy: corrects) a
-        violation; ``absorbed`` does the rest with what that call returns."""
-        window = self.window
-        minimum = self.config.min_profile_tuples if self._kernel_checks else -1
-        return (
-            window.ring, window.ts, window.state, now_ms, window.window_ms or 0, self.hist,
-            self.view, self.patterns, window.codes, minimum, costs, self.alpha, self.parents,
-            self.kernel_corrects, self._before,
-        )  # fmt: skip
+        violation; ``absorbed`` does the rest with what that call returns. The tuple is built
+        once (its arrays are updated in place; the time goes in ``now``)."""
+        self._now[0] = now_ms
+        if self._window_args is None or self._window_args[10] is not costs:
+            window = self.window
+            minimum = self.config.min_profile_tuples if self._kernel_checks else -1
+            self._window_args = (
+                window.ring, window.ts, window.state, self._now, window.window_ms or 0,
+                self.hist, self.view, self.patterns, window.codes, minimum, costs, self.alpha,
+                self.parents, self.kernel_corrects, self._before,
+            )  # fmt: skip
+        return self._window_args
 
     def absorbed(
         self,
