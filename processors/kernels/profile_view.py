@@ -236,6 +236,45 @@ def view_row_patterns(view, r, order, patterns, mode, j):  # type: ignore[no-unt
 
 
 @njit(cache=True)
+def window_insert_codes(  # type: ignore[no-untyped-def]
+    ring_ts, state, codes, dropped_at, n_samples, n, now_ms, window_ms, patterns, ring_codes
+):
+    """:func:`window_absorb` for a counted window, from the samples' bit patterns: the
+    samples some filter dropped (``dropped_at`` < ``n``) enter as profile tuples, in order.
+    Returns how many entered. The view is left to the caller."""
+    cap = ring_ts.shape[0]
+    m = 0
+    for s in range(n_samples):
+        m += dropped_at[s] < n
+    start, size = state[0], state[1]
+    if window_ms > 0:
+        while size > 0 and ring_ts[start] < now_ms - window_ms:
+            patterns[ring_codes[start]] -= 1
+            start = start + 1 if start + 1 < cap else 0
+            size -= 1
+    skip = m - cap if m > cap else 0  # only the newest cap tuples can stay
+    while size + (m - skip) > cap:
+        patterns[ring_codes[start]] -= 1
+        start = start + 1 if start + 1 < cap else 0
+        size -= 1
+    slot = start + size if start + size < cap else start + size - cap
+    for s in range(n_samples):
+        if dropped_at[s] >= n:
+            continue
+        if skip > 0:
+            skip -= 1
+            continue
+        code = codes[s]
+        ring_ts[slot] = now_ms
+        ring_codes[slot] = code
+        patterns[code] += 1
+        size += 1
+        slot = slot + 1 if slot + 1 < cap else 0
+    state[0], state[1] = start, size
+    return m
+
+
+@njit(cache=True)
 def window_absorb(  # type: ignore[no-untyped-def]
     ring, ring_ts, state, new_bits, m, now_ms, window_ms, hist, view, order, mode, j, patterns,
     ring_codes,
@@ -492,15 +531,16 @@ PREFETCH_AHEAD = 32  # measured: 16-32 cut the profiling probes' time by 10-25% 
 
 
 @njit(cache=True)
-def start_profiles(size, p, run, state, samples, dropped_at, bits):  # type: ignore[no-untyped-def]
+def start_profiles(size, p, run, state, samples, dropped_at, bits, codes):  # type: ignore[no-untyped-def]
     """Sample rows (:func:`sample_rows`), mark them undropped (``dropped_at`` = n) and clear
-    their bits. Returns how many rows were sampled."""
+    their bits and bit patterns (``codes``). Returns how many rows were sampled."""
     if p <= 0.0:
         return 0
     n_samples = sample_rows(size, p, run, state, samples)
     n = bits.shape[1]
     for s in range(n_samples):
         dropped_at[s] = n
+        codes[s] = 0
         for f in range(n):
             bits[s, f] = 0
     return n_samples
@@ -508,13 +548,14 @@ def start_profiles(size, p, run, state, samples, dropped_at, bits):  # type: ign
 
 @njit(cache=True, inline="always")
 def _profile_position(  # type: ignore[no-untyped-def]
-    col, keys, mask, zero_slot, probes, k, f, samples, n_samples, dropped_at, bits, mode, j,
-    extras, repeats,
+    col, keys, mask, zero_slot, probes, k, f, samples, n_samples, dropped_at, bits, codes,
+    mode, j, extras, repeats,
 ):
     """Position ``k`` (filter ``f``) of the profiling of samples ``samples[:n_samples]`` (rows):
     those not yet dropped find out whether ``f`` drops them (``dropped_at[s] = k``), and those
     dropped earlier are evaluated on ``f`` if the variant ``mode`` profiles position ``k`` for
-    them (``j``: Sweep's profiled position); ``bits[s, f] = 1`` when ``f`` drops sample ``s``.
+    them (``j``: Sweep's profiled position); ``bits[s, f] = 1`` when ``f`` drops sample ``s``
+    (and bit f of ``codes[s]``).
     ``extras[f]`` counts the evaluations after a sample's drop position (Section 4.4's n - i),
     ``repeats[f]`` the others. Returns the extra probes' hits (see ``select_in_index``)."""
     width = bits.shape[1]
@@ -535,6 +576,7 @@ def _profile_position(  # type: ignore[no-untyped-def]
             gone = d < width
             dead += gone
             bits[s, f] = np.uint8(1 - ok)
+            codes[s] |= np.int64(1 - ok) << (f & 63)  # used for n <= PATTERN_MAX_N only
             dropped_at[s] = d if gone or ok else k
         extras[f] += dead
         repeats[f] += n_samples - dead
@@ -555,6 +597,7 @@ def _profile_position(  # type: ignore[no-untyped-def]
             extra += index_contains(keys, mask, zero_slot, probe_key(key, q))
         if not ok:
             bits[s, f] = 1
+            codes[s] |= np.int64(1) << (f & 63)
             if d == width:
                 dropped_at[s] = k
     return extra
@@ -563,7 +606,7 @@ def _profile_position(  # type: ignore[no-untyped-def]
 @njit(cache=True, inline="always")
 def _index_pass(  # type: ignore[no-untyped-def]
     cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-    p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
 ):
     """The body of :func:`run_index_filters` (without the window part)."""
     n = order.shape[0]
@@ -571,7 +614,7 @@ def _index_pass(  # type: ignore[no-untyped-def]
     profiled = 0
     if p > 0.0:
         t0 = cycles()
-        n_samples = start_profiles(size, p, run, state, samples, dropped_at, bits)
+        n_samples = start_profiles(size, p, run, state, samples, dropped_at, bits, codes)
         profiled = cycles() - t0
     counts[0] = size
     m = size
@@ -594,7 +637,7 @@ def _index_pass(  # type: ignore[no-untyped-def]
         if n_samples:
             extra += _profile_position(
                 cols[f], keys[f], masks[f], zeros[f], probes[f], k, f, samples, n_samples,
-                dropped_at, bits, mode, j, extras, repeats,
+                dropped_at, bits, codes, mode, j, extras, repeats,
             )  # fmt: skip
             profiled += cycles() - t1
     hits[0] = extra
@@ -606,7 +649,7 @@ def _index_pass(  # type: ignore[no-untyped-def]
 @njit(cache=True)
 def run_index_filters(  # type: ignore[no-untyped-def]
     cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-    p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
 ):
     """The main pass of a conjunction of index-probe filters in one call, with its drop
     profiling. Position k runs ``select_in_index`` for filter ``order[k]`` over ``sels[k]``
@@ -623,14 +666,15 @@ def run_index_filters(  # type: ignore[no-untyped-def]
     """
     return _index_pass(
         cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-        p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+        p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
     )  # fmt: skip
 
 
 @njit(cache=True)
 def run_index_filters_absorbing(  # type: ignore[no-untyped-def]
     cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-    p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks, window,
+    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
+    window,
 ):
     """:func:`run_index_filters`, then the re-optimizer's part in the same call: ``window``
     holds the arguments of :func:`absorb_samples` after ``order``, ``mode`` and ``j`` (the
@@ -640,13 +684,14 @@ def run_index_filters_absorbing(  # type: ignore[no-untyped-def]
     :func:`absorb_samples` returns."""
     m = _index_pass(
         cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-        p, run, state, samples, dropped_at, bits, mode, j, extras, repeats, hits, ticks,
+        p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
     )  # fmt: skip
     (ring, ring_ts, wstate, now, window_ms, hist, view, patterns, ring_codes, min_check,
      costs, alpha, parent, correct, before) = window  # fmt: skip
     r = absorb_samples(
         dropped_at, ticks[1], bits, ring, ring_ts, wstate, now[0], window_ms, hist, view,
         order, mode, j, patterns, ring_codes, min_check, costs, alpha, parent, correct, before,
+        codes,
     )  # fmt: skip
     ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = r
     return m
@@ -655,22 +700,30 @@ def run_index_filters_absorbing(  # type: ignore[no-untyped-def]
 @njit(cache=True)
 def absorb_samples(  # type: ignore[no-untyped-def]
     dropped_at, n_samples, bits, ring, ring_ts, state, now_ms, window_ms, hist, view, order,
-    mode, j, patterns, ring_codes, min_check, costs, alpha, parent, correct, before,
+    mode, j, patterns, ring_codes, min_check, costs, alpha, parent, correct, before, codes,
 ):
     """The rest of a batch's profiling and re-optimization in one call: keep the dropped
     samples' bit rows (:func:`finish_profiles`), put them in the window with the view
-    (:func:`window_absorb`) and, once it holds ``min_check`` profile tuples (-1: never), look
-    for a violation (:func:`find_violation`);
+    (:func:`window_absorb`; with pattern counts and the samples' ``codes`` (an empty array:
+    none), :func:`window_insert_codes`) and, once it holds ``min_check`` profile tuples
+    (-1: never), look for a violation (:func:`find_violation`);
     with ``correct`` (A-Greedy), correct it at once (:func:`greedy_correct`, then the view for
     the new order), keeping the old order in ``before``. Returns (profile tuples, position of
     the violation or -1, filters the correction moved, window size, :func:`cycles` spent on
     the window and view, cycles spent on violations)."""
     t0 = cycles()
-    m = finish_profiles(dropped_at, n_samples, order, bits)
-    window_absorb(
-        ring, ring_ts, state, bits, m, now_ms, window_ms, hist, view, order, mode, j, patterns,
-        ring_codes,
-    )
+    if patterns.shape[0] > 0 and codes.shape[0] > 0:  # the samples' patterns are ready
+        m = window_insert_codes(
+            ring_ts, state, codes, dropped_at, n_samples, order.shape[0], now_ms, window_ms,
+            patterns, ring_codes,
+        )  # fmt: skip
+        view_from_patterns(patterns, order, view, mode, j)
+    else:
+        m = finish_profiles(dropped_at, n_samples, order, bits)
+        window_absorb(
+            ring, ring_ts, state, bits, m, now_ms, window_ms, hist, view, order, mode, j,
+            patterns, ring_codes,
+        )  # fmt: skip
     t2 = cycles()
     found = -1
     moved = 0

@@ -218,6 +218,7 @@ class FilterStage:
         self._dropped_at = np.empty(cap, dtype=np.int64)
         self._alive = np.empty(cap, dtype=np.int64)
         self._bits = np.zeros((cap, self.n), dtype=np.uint8)
+        self._codes = np.zeros(cap, dtype=np.int64)  # the samples' bit patterns
         self._cand = np.empty(cap, dtype=np.int64)
         self._slot = np.empty(cap, dtype=np.int64)
         self._passed = np.empty(cap, dtype=np.int64)
@@ -333,7 +334,7 @@ class FilterStage:
             cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
             tuple(ix.zero_slot for ix in indexes), self._probes, reopt.order, sels, size,
             counts, evals, cyc, self.config.p if profiling else 0.0, PROFILE_RUN,
-            self._rng_state, self._samples, self._dropped_at, self._bits, reopt.mode,
+            self._rng_state, self._samples, self._dropped_at, self._bits, self._codes, reopt.mode,
             reopt.column, self.profile_evaluations, self.profile_repeats, self._hits, ticks,
         )  # fmt: skip
         if reopt_part:  # the samples go to the re-optimizer in the same call

@@ -198,8 +198,9 @@ def test_index_probe_filters_on_the_section_9_workload(algorithm: str) -> None:
     assert stage.tuples_in == 30_000
 
 
+@pytest.mark.parametrize("window", [200, 40])  # 40: fewer than a batch's profile tuples
 @pytest.mark.parametrize("algorithm", ["agreedy", "sweep", "independent", "localswaps"])
-def test_index_filters_profile_as_the_per_position_path_does(algorithm: str) -> None:
+def test_index_filters_profile_as_the_per_position_path_does(algorithm: str, window: int) -> None:
     """Index-probe filters profile inside the main pass's kernel calls: same samples, same
     profile tuples, same orders and evaluation counts as the per-position path of other
     filter kinds, which looks the drop positions up in the main pass's selections."""
@@ -210,7 +211,12 @@ def test_index_filters_profile_as_the_per_position_path_does(algorithm: str) -> 
         stage = FilterStage(
             workload_predicates(run),
             OrderingConfig(
-                algorithm, profile_probability=0.05, window_tuples=200, costs=(1.0,) * 5, seed=5
+                algorithm,
+                profile_probability=0.05,
+                window_tuples=window,
+                min_profile_tuples=20,
+                costs=(1.0,) * 5,
+                seed=5,
             ),
         )
         assert stage._index_filters  # the workload's filters take the one-call path
