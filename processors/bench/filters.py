@@ -2,9 +2,11 @@
 
 In process, on the Section 9 workload (n filters, each one probe of a 10,000-entry hash index):
 
-- ``stage_tuples_per_s``: n = 8, A-Greedy on with Table 1 defaults, stage time only;
+- ``stage_tuples_per_s``: n = 8, A-Greedy on with Table 1 defaults, stage time only (the
+  thread's CPU time: the machine's cores are shared);
 - ``agreedy_overhead_fraction``: the share of that stage time spent profiling and re-optimizing
-  (profile tuples, window, view, violations: Table 2's rows other than tuple processing);
+  (profile tuples, window, view, violations: Table 2's rows other than tuple processing), the
+  median over rounds of six batches (``overhead_all_batches``: over all of them);
 - ``optimal_gap``: for n = 2..6, the largest 1 - rate(A-Greedy) / rate(Optimal) after
   convergence, where Optimal runs the exact best order (from the workload's truth) with no
   profiling. The two stages process the same batches alternately so that both see the same
