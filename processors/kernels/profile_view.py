@@ -541,8 +541,9 @@ def start_profiles(size, p, run, state, samples, dropped_at, bits, codes):  # ty
     for s in range(n_samples):
         dropped_at[s] = n
         codes[s] = 0
-        for f in range(n):
-            bits[s, f] = 0
+        if n > PATTERN_MAX_N:  # else the patterns alone are kept (see _profile_position)
+            for f in range(n):
+                bits[s, f] = 0
     return n_samples
 
 
@@ -554,11 +555,13 @@ def _profile_position(  # type: ignore[no-untyped-def]
     """Position ``k`` (filter ``f``) of the profiling of samples ``samples[:n_samples]`` (rows):
     those not yet dropped find out whether ``f`` drops them (``dropped_at[s] = k``), and those
     dropped earlier are evaluated on ``f`` if the variant ``mode`` profiles position ``k`` for
-    them (``j``: Sweep's profiled position); ``bits[s, f] = 1`` when ``f`` drops sample ``s``
-    (and bit f of ``codes[s]``).
+    them (``j``: Sweep's profiled position). When ``f`` drops sample ``s``, bit f of
+    ``codes[s]`` is set for up to PATTERN_MAX_N filters (whose window counts patterns), else
+    ``bits[s, f] = 1``.
     ``extras[f]`` counts the evaluations after a sample's drop position (Section 4.4's n - i),
     ``repeats[f]`` the others. Returns the extra probes' hits (see ``select_in_index``)."""
     width = bits.shape[1]
+    counted = width <= PATTERN_MAX_N  # the window counts patterns: codes, not bit rows
     extra = 0
     dead = 0
     if mode == FULL or mode == FIRST_ROW:  # noqa: SIM109 (as in _kept)
@@ -575,8 +578,10 @@ def _profile_position(  # type: ignore[no-untyped-def]
             d = dropped_at[s]
             gone = d < width
             dead += gone
-            bits[s, f] = np.uint8(1 - ok)
-            codes[s] |= np.int64(1 - ok) << (f & 63)  # used for n <= PATTERN_MAX_N only
+            if counted:  # loop-invariant: the compiler splits the loop in two
+                codes[s] |= np.int64(1 - ok) << f
+            else:
+                bits[s, f] = np.uint8(1 - ok)
             dropped_at[s] = d if gone or ok else k
         extras[f] += dead
         repeats[f] += n_samples - dead
@@ -596,8 +601,10 @@ def _profile_position(  # type: ignore[no-untyped-def]
         for q in range(1, probes):
             extra += index_contains(keys, mask, zero_slot, probe_key(key, q))
         if not ok:
-            bits[s, f] = 1
-            codes[s] |= np.int64(1) << (f & 63)
+            if counted:
+                codes[s] |= np.int64(1) << f
+            else:
+                bits[s, f] = 1
             if d == width:
                 dropped_at[s] = k
     return extra
