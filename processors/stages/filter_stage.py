@@ -123,8 +123,6 @@ class FilterStage:
         self._ns_per_cycle = ns_per_cycle() if self._index_filters else 0.0
         if self._index_filters and not self._ns_per_cycle:  # no cycle counter: per-position path
             self._index_filters = False
-        # what the batch's kernel call absorbed for the re-optimizer (index filters), to book
-        self._absorbed: list[int] | None = None
         self.profile_tuples = 0
         self.last_evaluations = 0  # filters evaluated for the last batch (main pass)
         self.ns = dict.fromkeys(BREAKDOWN, 0)
@@ -200,10 +198,7 @@ class FilterStage:
         self.ns["profile_tuple_creation"] += self._profile_ns
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = self._reopt_ns = 0
-        if self._absorbed is not None:
-            self._book_absorbed(self._absorbed, t2)
-            self._absorbed = None
-        elif self._profiled:
+        if self._profiled:
             self._absorb(self._profiled)
         self.tuples_out += passed
         return out
@@ -337,20 +332,29 @@ class FilterStage:
             self._rng_state, self._samples, self._dropped_at, self._bits, self._codes, reopt.mode,
             reopt.column, self.profile_evaluations, self.profile_repeats, self._hits, ticks,
         )  # fmt: skip
+        scale = self._ns_per_cycle
         if reopt_part:  # the samples go to the re-optimizer in the same call
-            costs = self.costs.values()  # kept up to date by record_all: nothing to time
-            run_index_filters_absorbing(*head, reopt.kernel_window(self.clock_ms(), costs))
+            t0 = time.perf_counter_ns()
+            costs = self.costs.values()
+            window = reopt.kernel_window(self.clock_ms(), costs)
+            t1 = time.perf_counter_ns()
+            run_index_filters_absorbing(*head, window)
+            t2 = time.perf_counter_ns()
+            m, found, moved, size, window_cycles, check_cycles = ticks[2:].tolist()
+            changes = reopt.absorbed(m, found, moved, size, window_cycles, check_cycles, costs)
+            self.profile_tuples += m
+            for change in changes:
+                self._report(change)
+            # the re-optimizer's part of the call is not tuple processing; nor is the Python
+            # that sets it up, books it and reports changes (charged to violation handling)
+            window_ns, check_ns = int(window_cycles * scale), int(check_cycles * scale)
+            glue_ns = (t1 - t0) + (time.perf_counter_ns() - t2)
+            self._reopt_ns += window_ns + check_ns + glue_ns
+            self.ns["view_update"] += window_ns
+            self.ns["violations"] += check_ns + glue_ns
         else:
             run_index_filters(*head)
-        scale = self._ns_per_cycle
         self._profile_ns += int(ticks[0] * scale)
-        if reopt_part:
-            self._absorbed = result = ticks[2:].tolist()
-            # the re-optimizer's part of the call is not tuple processing
-            window_ns, check_ns = int(result[4] * scale), int(result[5] * scale)
-            self._reopt_ns += window_ns + check_ns
-            self.ns["view_update"] += window_ns
-            self.ns["violations"] += check_ns
         self.evaluations += evals
         if measure:  # filters that ran on fewer than min_tuples tuples are skipped
             start = time.perf_counter_ns()
@@ -358,20 +362,6 @@ class FilterStage:
             self._cost_ns += time.perf_counter_ns() - start
         self.last_evaluations = int(counts[: self.n].sum())
         return sels, counts
-
-    def _book_absorbed(self, result: list[int], t0: int) -> None:
-        """The re-optimizer's bookkeeping for what the batch's kernel call absorbed (index
-        filters; the call's window and violation parts were timed by the kernel), and the
-        changes it made. All the time from ``t0`` (this Python, correcting outside the kernel,
-        reporting changes) is violation handling."""
-        m, found, moved, size, window_cycles, check_cycles = result
-        changes = self.reoptimizer.absorbed(
-            m, found, moved, size, window_cycles, check_cycles, self.costs.values()
-        )
-        self.profile_tuples += m
-        for change in changes:
-            self._report(change)
-        self.ns["violations"] += time.perf_counter_ns() - t0
 
     def _absorb(self, m: int) -> None:
         """Hand this batch's profile tuples to the re-optimizer, which may reorder."""

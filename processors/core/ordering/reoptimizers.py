@@ -186,8 +186,7 @@ class Reoptimizer:
         ns = self.ns
         ns["view_update"] += int(window_cycles * scale)
         ns["violations"] += int(check_cycles * scale)
-        enough = size >= self.config.min_profile_tuples
-        if not enough:
+        if size < self.config.min_profile_tuples:
             return self.after_check()
         self.checks += 1
         if found < 0 and self._no_after_check:  # the common case
