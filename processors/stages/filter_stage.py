@@ -4,7 +4,12 @@ Per batch: the executor runs the filters in the current order over a selection v
 filter sees only the rows every earlier filter passed); the profiler samples dropped tuples
 with probability p and evaluates the filters its algorithm needs on them; the re-optimizer
 absorbs those profile tuples and may change the order for the next batch. Every order change
-is logged, counted and kept in ``stats()``, with a run-time breakdown like Table 2.
+is counted and kept in ``stats()`` (and logged: the first at once, then at most one line per
+LOG_EVERY_S), with a run-time breakdown like Table 2.
+
+Filters that all probe hash indexes (Section 9's) run the whole batch, profiling and
+A-Greedy's re-optimization in one kernel call (``kernels.profile_view``), which times its parts
+with the CPU's cycle counter; other filter kinds run one call per position.
 """
 
 from __future__ import annotations
@@ -224,6 +229,8 @@ class FilterStage:
         Drop profiling (Section 4.1.1) is interleaved with it: rows are sampled before the
         pass, and right after each position runs, the samples it dropped are noted and the
         samples dropped earlier evaluate its filter too, while its data is still in cache.
+        When every filter is an index probe (and the probed columns are int64 arrays), all of
+        this runs in one kernel call instead (``_run_index_filters``).
         """
         reopt = self.reoptimizer
         sels = self._sels

@@ -74,7 +74,8 @@ class ProfileWindow:
 class CostEstimates:
     """Per-filter processing time a_i: total time over total tuples of the last K timed calls.
 
-    Timing is per batch call, not per tuple: one clock read costs more than one hash probe, so
+    Timing is per batch call (or, for index filters run in one kernel call, per filter from the
+    kernel's cycle counts), not per tuple: one clock read costs more than one hash probe, so
     per-tuple samples (as in Section 4.1.2) would cost more than they measure. A call's fixed
     overhead (``call_overhead_ns``, measured once) is subtracted, and calls on fewer than
     ``min_tuples`` tuples are not used, so a filter late in the order is not charged for the
