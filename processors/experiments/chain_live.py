@@ -103,7 +103,7 @@ class LiveSetup:
     lead_s: float = 4.0  # steady input before the burst
     burst_s: float = 15.0
     tail_s: float = 6.0  # steady input after the burst
-    quantum_ms: float = 10.0
+    quantum_ms: float = 5.0
     sample_every_s: float = 0.1
     seed: int = 0
 

@@ -18,7 +18,7 @@ from processors.kernels.splitmix import GAMMA, mix64
 _TWO_64 = 18446744073709551616.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def spin(iterations: int, state: np.uint64) -> np.uint64:
     """Burn CPU: ``iterations`` dependent mixing steps (the result keeps them from being elided)."""
     for _ in range(iterations):
@@ -26,7 +26,7 @@ def spin(iterations: int, state: np.uint64) -> np.uint64:
     return state
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def synthetic_counts(keys, seed, whole, fraction_cut, iterations, counts):  # type: ignore[no-untyped-def]
     """Per tuple: spin ``iterations`` steps, then keep it ``whole`` times, plus once more when
     the hash of (key, seed) falls below ``fraction_cut`` (a uint64 threshold). Returns the sum."""
