@@ -107,6 +107,13 @@ def _default_column(f: FlatField, n: int) -> Column:
     return np.full(n, value, DTYPES[f.type])
 
 
+def _zero_column(f: FlatField) -> Column:
+    """One value of ``f``'s type: zero, the empty string, the first enum symbol."""
+    if f.type in ("string", "bytes"):
+        return VarColumn(np.zeros(2, np.int64), np.zeros(0, np.uint8), f.type == "string")
+    return np.zeros(1, DTYPES[f.type])
+
+
 def _empty_column(f: FlatField) -> Column:
     if f.type in ("string", "bytes"):
         return VarColumn(np.zeros(1, np.int64), np.zeros(0, np.uint8), f.type == "string")
@@ -324,6 +331,20 @@ class RecordCodec:
         header = np.frombuffer(self.header, np.uint8)
         offsets = K.encode_bodies(header, self._types, self._var_slot, vals, var_data, lens, out)
         return out[: offsets[n]], offsets
+
+    def warm_up(self) -> dict[str, Column]:
+        """Encode and decode one zero-valued record, and return its columns.
+
+        The first numba kernel a process runs costs ~0.1 s (numba starts up and loads its
+        cache); a worker calls this before consuming so that the first batch's measured time,
+        which feeds the scheduler's per-tuple costs, is the batch's own.
+        """
+        columns = {f.name: _zero_column(f) for f in self.fields}
+        buf, offsets = self.encode_many(columns, 1)
+        result = self.decode_many(buf, offsets)
+        if result.errors:
+            raise SchemaError(f"warm-up record did not decode: {result.errors[0][1]}")
+        return result.columns
 
     # --- one record (tests, tools) -----------------------------------------------------------
 
