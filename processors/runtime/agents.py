@@ -293,6 +293,17 @@ def add_stage_agent(
                 new_events.extend({"partition": partition, **change} for change in shown)
         return new_events
 
+    async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
+        """After a rebalance, only the stages of partitions this worker still holds stay: the
+        status page shows what the worker runs, and the stages it kept keep what they learned
+        (a partition that moved starts afresh on its new worker; a stateless stage's plan is
+        re-learned from the data, nothing else is lost)."""
+        held = {tp.partition for tp in assigned if tp.topic == in_topic}
+        for partition in set(stages) - held:
+            del stages[partition]
+            changes_seen.pop(partition, None)
+
+    ctx.app.on_partitions_assigned.connect(on_assigned)
     if bulk:
         batch_tuples = min(max_batch_tuples, ctx.grant_tuples)
         stats = _bulk_stage_agent(ctx, name, in_topic, process, emit, plan, batch_tuples)
@@ -564,9 +575,17 @@ def backlog_of(app: BulkApp, stats: AgentStats) -> tuple[int, int]:
 
     High watermarks come with fetch responses (not ListOffsets, which tansu answers wrongly).
     """
+    held = app.consumer.assignment()
     pending = 0
-    for partition, position in stats.positions.items():
-        high = app.consumer.highwater(TP(stats.topic, partition))
+    for partition, position in list(stats.positions.items()):
+        tp = TP(stats.topic, partition)
+        if tp not in held:  # moved to another worker at a rebalance: its backlog is theirs now
+            del stats.positions[partition]
+            continue
+        try:
+            high = app.consumer.highwater(tp)
+        except AssertionError:  # revoked between the two calls (the consumer has its own thread)
+            continue
         if high is not None and high > position:
             pending += high - position
     return stats.backlog(pending)

@@ -333,8 +333,12 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
 
     @app.timer(options.stats_interval_s)
     async def publish_stats() -> None:
-        for record in board.report(backlog):
-            producer.produce(STATS_TOPIC, record, key=options.worker_id.encode())
+        # an exception in a Faust timer stops the worker: statistics must never do that
+        try:
+            for record in board.report(backlog):
+                producer.produce(STATS_TOPIC, record, key=options.worker_id.encode())
+        except Exception:
+            log.exception("worker %s: statistics not published this time", options.worker_id)
 
     status = {
         "worker_id": options.worker_id,

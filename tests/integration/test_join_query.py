@@ -11,6 +11,7 @@ oracle up to that point must have been written.
   back from the snapshots; no duplicate, nothing missing).
 - SIGKILL mid-stream, then a new worker: nothing is missing; duplicates (results of the input
   after the last snapshot, produced again) are counted and reported.
+- A second worker joins mid-stream and takes a partition over: exactly the oracle's results.
 """
 
 from __future__ import annotations
@@ -260,6 +261,66 @@ def test_join_loses_nothing_when_a_worker_is_killed(
         duplicates += sum(extra.values())
     total = sum(sum(e.values()) for e, _ in want.values())
     print(f"SIGKILL restart: {duplicates} duplicate results of {total} ({duplicates / total:.2%})")
+
+
+def held_partitions(worker: WorkerProcess, topic: str) -> set[int]:
+    """Partitions of ``topic`` the worker's consumer holds, from its status endpoint."""
+    assignment = worker.status()["assignment"]
+    return {int(tp.rsplit("[", 1)[1].rstrip("]")) for tp in assignment
+            if tp.rsplit("[", 1)[0] == topic}  # fmt: skip
+
+
+def test_join_is_exact_when_a_second_worker_takes_over_a_partition(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    """One worker joins the first half; a second worker joins the group and takes one of the two
+    partitions, with its windows and indexes (from the snapshot the first worker saves when the
+    partition is revoked); the second half is joined by both. Results: exactly the oracle's."""
+    prefix, result = topic_name, f"{topic_name}.out"
+    ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{s}", PARTITIONS) for s in STREAMS])
+    query_file = tmp_path / "query.py"
+    columns = ", ".join(f'{s}_{f}="{s}.{f}"' for s in STREAMS for f in FIELDS)
+    text = QUERY.format(
+        name=topic_name, prefix=prefix, p=PARTITIONS, range_ms=RANGE_MS, columns=columns,
+        result=result,
+    )  # fmt: skip
+    query_file.write_text(text)
+    workers = [start(tmp_path, "w", bootstrap, query_file, 1)]
+    try:
+        publish_half(bootstrap, prefix, 0)
+        want = expected_total(bootstrap, prefix)
+        seen = wait_for_count(bootstrap, result, want, 120.0, workers)
+        assert seen >= want, f"{seen} of {want} results of the first half\n{workers[0].log_tail()}"
+
+        workers.append(start(tmp_path, "w", bootstrap, query_file, 2))
+        topic, held = f"{prefix}.a", [set(), set()]
+        deadline = time.monotonic() + 60
+        while not (all(held) and held[0] | held[1] == set(range(PARTITIONS))):
+            assert time.monotonic() < deadline, f"no rebalance: {held}\n{workers[1].log_tail()}"
+            time.sleep(0.5)
+            try:
+                held = [held_partitions(w, topic) for w in workers]
+            except (OSError, KeyError, ValueError):  # the second status page is not up yet
+                continue
+
+        publish_half(bootstrap, prefix, 1)
+        want = expected_total(bootstrap, prefix)
+        seen = wait_for_count(bootstrap, result, want, 120.0, workers)
+        log = "\n".join(w.log_tail(60) for w in workers)
+        assert seen >= want, f"{seen} of {want} results after the hand-over\n{log[-6000:]}"
+        wait_quiet(bootstrap, result, workers, settle=3.0)  # repeats, if any, come too
+        codes = [w.stop() for w in workers]
+        assert codes == [0, 0], log[-6000:]
+    finally:
+        for w in workers:
+            w.stop()
+    got = results_by_partition(bootstrap, result, result_schema(text))
+    for p, (expected, cut) in oracle(stored_inputs(bootstrap, prefix)).items():
+        missing, extra = expected - got[p], got[p] - expected
+        assert not missing and not extra, (
+            f"partition {p} (cut {cut}): {sum(missing.values())} missing, "
+            f"{sum(extra.values())} extra of {sum(expected.values())}\n{log[-4000:]}"
+        )
 
 
 CYCLIC = """\
