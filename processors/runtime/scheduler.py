@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,11 @@ PUBLISH_EVERY_S = 2.0
 HEARTBEAT_S = 10.0
 #: a change of an operator's time per tuple or selectivity by more than this share is material
 MATERIAL_CHANGE = 0.25
+#: a new priority ranking is material only where an operator now beats one ranked above it by
+#: more than this share (A-Greedy's thrash margin, 1 - alpha, used the same way): operators of
+#: nearly equal priority, like the pipelines of symmetric inputs, would otherwise swap places
+#: on measurement noise at every check, and every swap is published and reported
+RANKING_MARGIN = 0.1
 #: a worker stops considering itself the scheduler when no stats arrived for this long
 LEADERSHIP_TIMEOUT_S = 5.0
 
@@ -163,7 +169,7 @@ class Scheduling:
         settings = policy_settings(self.config)
         before = make_policy(self.config.policy, old, **settings).priorities()
         after = make_policy(self.config.policy, plan, **settings).priorities()
-        return _ranking(before) != _ranking(after)
+        return _overtaken(before, after)
 
     # -- every worker ---------------------------------------------------------------------------
     def apply(self, record: ControlRecord) -> None:
@@ -241,6 +247,28 @@ class Scheduling:
         for c in self.changes:
             c["reported"] = True
         return json.loads(json.dumps(out))
+
+
+def _clearly_above(x: float, y: float, margin: float) -> bool:
+    if not x > y:
+        return False
+    if math.isinf(x) or math.isinf(y):
+        return True
+    return x - y > margin * max(abs(x), abs(y))
+
+
+def _overtaken(
+    before: dict[str, float], after: dict[str, float], margin: float = RANKING_MARGIN
+) -> bool:
+    """Whether some operator is now clearly above (by ``margin``) one that was not below it."""
+    if set(before) != set(after):
+        return True
+    return any(
+        _clearly_above(after[b], after[a], margin)
+        for a in after
+        for b in after
+        if a != b and before[a] >= before[b]
+    )
 
 
 def _ranking(priorities: dict[str, float]) -> list[list[str]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from faust.types import TP
 
 from processors.core.batch import Batch, VarColumn
 from processors.core.query import Query, col
@@ -163,9 +164,24 @@ class FakeProducer:
         return [(v, k, p) for t, v, k, p in self.sent if t == topic]
 
 
+class FakeSignal:
+    """Records the handlers connected to a Faust app signal, so a test can fire them."""
+
+    def __init__(self) -> None:
+        self.handlers: list[Callable] = []
+
+    def connect(self, handler: Callable) -> None:
+        self.handlers.append(handler)
+
+    def send(self, *args: Any) -> None:
+        for handler in self.handlers:
+            asyncio.run(handler(None, *args))
+
+
 class FakeApp:
     def __init__(self) -> None:
         self.agents: dict[str, Callable] = {}
+        self.on_partitions_assigned = FakeSignal()
 
     def topic(self, name: str, **kwargs: Any) -> str:
         return name
@@ -254,6 +270,19 @@ def test_bulk_agent_concatenates_envelopes_and_keeps_every_passing_tuple_in_orde
     # one batch per process call (one arbiter turn each): the 4,000 and the 1,000 tuples
     assert (h.stats.messages_in, h.stats.batches, h.stats.positions) == (5, 2, {3: 45})
     assert h.stats.snapshot()["plan"] == {"3": {"kind": "rec", "sizes": [4_000, 1_000]}}
+
+
+def test_after_a_rebalance_only_the_stages_of_held_partitions_stay() -> None:
+    made: list[int] = []
+    h = Harness(lambda p: made.append(p) or Recording())
+    data = encode_batch(reading_columns(100, seed=1))
+    h.run([block([data], partition=p) for p in (0, 1, 2)])
+    assert set(h.stats.snapshot()["plan"]) == {"0", "1", "2"}
+    h.app.on_partitions_assigned.send({TP("in", 1), TP("in", 3), TP("other", 0)})
+    assert set(h.stats.snapshot()["plan"]) == {"1"}  # kept what it learned; 0 and 2 moved
+    h.run([block([data], partition=p, first=1) for p in (1, 3)])
+    assert made == [0, 1, 2, 3]  # partition 1's stage was kept, 3's is new
+    assert h.stats.snapshot()["plan"]["1"]["sizes"] == [100, 100]
 
 
 def test_bad_envelopes_and_failing_tuples_become_dead_letters_the_rest_goes_on() -> None:

@@ -181,3 +181,43 @@ def test_leadership_lapses_without_statistics() -> None:
     clock.now += 60
     assert not scheduling.leading
     assert not scheduling.tick()
+
+
+TWIN_PATHS = {"r": ["ingest.r", "op.r"], "s": ["ingest.s", "op.s"]}
+
+
+def _feed_twins(scheduling: Scheduling, clock: Clock, busy_r: float, busy_s: float) -> None:
+    """Two symmetric pipelines; op.r's and op.s's costs (ms per 10,000 tuples) may differ."""
+    for agent, n_in, n_out, busy in [
+        ("ingest.r", 10_000, 10_000, 10.0),
+        ("op.r", 10_000, 5_000, busy_r),
+        ("ingest.s", 10_000, 10_000, 10.0),
+        ("op.s", 10_000, 5_000, busy_s),
+    ]:
+        scheduling.on_stats(_stats_record(agent, n_in, n_out, busy, clock.now))
+
+
+def test_near_equal_priorities_swapping_on_noise_is_not_material_a_clear_overtake_is() -> None:
+    clock = Clock()
+    published: list[bytes] = []
+    scheduling = Scheduling("q", TWIN_PATHS, SchedulingConfig("chain"), Arbiter(),
+                            published.append, "w1", clock=clock)  # fmt: skip
+    _feed_twins(scheduling, clock, busy_r=20.0, busy_s=21.0)  # r's pipeline slightly ahead
+    assert scheduling.tick()
+    scheduling.apply(_decode(published[-1]))
+    prio = scheduling.arbiter.policy.priorities()
+    assert prio["op.r"] > prio["op.s"]
+
+    # the window (5 s) now sums both reports: 41 ms each, the two pipelines tie
+    clock.now += PUBLISH_EVERY_S
+    _feed_twins(scheduling, clock, busy_r=21.0, busy_s=20.0)
+    assert not scheduling.tick()  # a new ranking, but by nothing like the margin
+
+    # 73 against 61 ms: s's chain is now steeper by ~13%, more than the 10% margin
+    clock.now += PUBLISH_EVERY_S
+    _feed_twins(scheduling, clock, busy_r=32.0, busy_s=20.0)
+    assert scheduling.tick()
+    scheduling.apply(_decode(published[-1]))
+    prio = scheduling.arbiter.policy.priorities()
+    assert prio["op.s"] > prio["op.r"]
+    assert scheduling.events()[-1]["to"][0] == ["ingest.s", "op.s"]
