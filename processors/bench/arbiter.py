@@ -143,8 +143,13 @@ def run_arbiter_bench(records: int = 500_000, kafka: bool = True, repeats: int =
                      f"({out['decisions']:,} decisions)")  # fmt: skip
         off, chain = statistics.median(rates["off"]), statistics.median(rates["chain"])
         results.update(
-            {"records": records, "pipeline_rate_off": off, "pipeline_rate_chain": chain,
-             "chain_vs_off": chain / off, "pipeline_runs": runs}  # fmt: skip
+            {
+                "records": records,
+                "pipeline_rate_off": off,
+                "pipeline_rate_chain": chain,
+                "chain_vs_off": chain / off,
+                "pipeline_runs": runs,
+            }  # fmt: skip
         )
         _say(f"with the arbiter (Chain) the pipeline keeps {chain / off:.2f} of its rate")
     return results

@@ -160,7 +160,14 @@ class InIndex(Predicate):
 
         idx = self.index
         return select_in_index(
-            self._col(batch), idx.keys, idx.mask, idx.zero_slot, self.probes, sel, n, out,
+            self._col(batch),
+            idx.keys,
+            idx.mask,
+            idx.zero_slot,
+            self.probes,
+            sel,
+            n,
+            out,
             self._hits,
         )
 

@@ -338,9 +338,7 @@ class Query:
             raise QueryError(f"adapt(): {exc}") from exc
         return self
 
-    def operator(
-        self, name: str, *, cost_us: float, selectivity: float, key: str
-    ) -> Query:
+    def operator(self, name: str, *, cost_us: float, selectivity: float, key: str) -> Query:
         """A synthetic operator stage after the filters: ``cost_us`` of CPU per tuple, and each
         tuple kept on average ``selectivity`` times (above 1, some tuples are repeated) by a hash
         of its integer field ``key`` ("stream.field"). Several operators run in the order given,
@@ -350,8 +348,10 @@ class Query:
         if any(o.name == name for o in self._operators):
             raise QueryError(f"operator(): {name!r} is declared twice")
         for what, value in (("cost_us", cost_us), ("selectivity", selectivity)):
-            if not isinstance(value, numbers.Real) or isinstance(value, bool) or not (
-                0 <= float(value) < float("inf")
+            if (
+                not isinstance(value, numbers.Real)
+                or isinstance(value, bool)
+                or not (0 <= float(value) < float("inf"))
             ):
                 raise QueryError(f"operator {name}: {what} must be a number >= 0, got {value!r}")
         ref = parse_ref(key, f"operator {name}: key")

@@ -72,7 +72,8 @@ CHARTS = {
     ),
     # Sect. 6.1.2, Fig. 8: a join with a stored relation (s > 1) before a fast selective one
     "chain-live-stored-join": LiveChart(
-        "chain_live_stored_join", "join with a stored relation, s > 1",
+        "chain_live_stored_join",
+        "join with a stored relation, s > 1",
         ((0, 1.0), (400, 0.9), (1300, 2.0), (1500, 0.2), (4000, 0.0)),
     ),  # fmt: skip
 }
@@ -241,8 +242,9 @@ class Generator(threading.Thread):
             "ts": self.arrival_ms,
             "temperature": rng.normal(20, 5, n),
             "humidity": rng.uniform(10, 90, n).astype(np.float32),
-            "site": VarColumn(np.arange(n + 1, dtype=np.int64) * len(site),
-                              np.frombuffer(site * n, np.uint8)),  # fmt: skip
+            "site": VarColumn(
+                np.arange(n + 1, dtype=np.int64) * len(site), np.frombuffer(site * n, np.uint8)
+            ),  # fmt: skip
             "ok": np.ones(n, np.bool_),
         }
         buf, offs = RecordCodec(load_schema(SCHEMA)).encode_many(columns, n)
@@ -544,9 +546,9 @@ def _summary(
     )
     out["arbiter_decisions"] = decisions
     out["arbiter_decision_us_avg"] = decision_ns / max(decisions, 1) / 1000
-    out["arbiter_decision_us_max"] = max(
-        (r.arbiter().get("decision_ns_max", 0) for r in runs), default=0
-    ) / 1000
+    out["arbiter_decision_us_max"] = (
+        max((r.arbiter().get("decision_ns_max", 0) for r in runs), default=0) / 1000
+    )
     out["arbiter_share_of_busy_time"] = decision_ns / max(busy_ns, 1)
     out["runs"] = {
         r.policy: {
@@ -589,14 +591,23 @@ def _write_outputs(
         f"machine: {summary['machine']}",
     ]
     queue_rows = [
-        {"policy": _label(r), "t_s": s["t"], "queued_bytes": s["queued_bytes"],
-         "queued_tuples": s["queued_tuples"]}  # fmt: skip
+        {
+            "policy": _label(r),
+            "t_s": s["t"],
+            "queued_bytes": s["queued_bytes"],
+            "queued_tuples": s["queued_tuples"],
+        }  # fmt: skip
         for r in runs
         for s in r.samples
     ]
     agent_rows = [
-        {"policy": _label(r), "t_s": s["t"], "agent": agent, "queued_bytes": nbytes,
-         "queued_tuples": s["per_agent_tuples"].get(agent, 0)}  # fmt: skip
+        {
+            "policy": _label(r),
+            "t_s": s["t"],
+            "agent": agent,
+            "queued_bytes": nbytes,
+            "queued_tuples": s["per_agent_tuples"].get(agent, 0),
+        }  # fmt: skip
         for r in runs
         for s in r.samples
         for agent, nbytes in s["per_agent_bytes"].items()
@@ -606,21 +617,48 @@ def _write_outputs(
         for t, lat in _binned_latency(r.latencies):
             latency_rows.append({"policy": _label(r), "t_s": t, "latency_ms": lat})
     summary_rows = [
-        {"policy": _label(r), "peak_queued_bytes": r.peak_bytes, "peak_queued_tuples":
-         r.peak_tuples, "peak_latency_ms": r.peak_latency_ms, "mean_latency_ms":
-         r.mean_latency_ms, "results": r.results}  # fmt: skip
+        {
+            "policy": _label(r),
+            "peak_queued_bytes": r.peak_bytes,
+            "peak_queued_tuples": r.peak_tuples,
+            "peak_latency_ms": r.peak_latency_ms,
+            "mean_latency_ms": r.mean_latency_ms,
+            "results": r.results,
+        }  # fmt: skip
         for r in runs
     ]
     paths = [
-        write_csv(out_dir / f"{chart.name}_queue.csv", queue_rows,
-                  ["policy", "t_s", "queued_bytes", "queued_tuples"], notes),  # fmt: skip
-        write_csv(out_dir / f"{chart.name}_queue_agents.csv", agent_rows,
-                  ["policy", "t_s", "agent", "queued_bytes", "queued_tuples"], notes),  # fmt: skip
-        write_csv(out_dir / f"{chart.name}_latency.csv", latency_rows,
-                  ["policy", "t_s", "latency_ms"], notes),  # fmt: skip
-        write_csv(out_dir / f"{chart.name}_summary.csv", summary_rows,
-                  ["policy", "peak_queued_bytes", "peak_queued_tuples", "peak_latency_ms",
-                   "mean_latency_ms", "results"], notes),  # fmt: skip
+        write_csv(
+            out_dir / f"{chart.name}_queue.csv",
+            queue_rows,
+            ["policy", "t_s", "queued_bytes", "queued_tuples"],
+            notes,
+        ),  # fmt: skip
+        write_csv(
+            out_dir / f"{chart.name}_queue_agents.csv",
+            agent_rows,
+            ["policy", "t_s", "agent", "queued_bytes", "queued_tuples"],
+            notes,
+        ),  # fmt: skip
+        write_csv(
+            out_dir / f"{chart.name}_latency.csv",
+            latency_rows,
+            ["policy", "t_s", "latency_ms"],
+            notes,
+        ),  # fmt: skip
+        write_csv(
+            out_dir / f"{chart.name}_summary.csv",
+            summary_rows,
+            [
+                "policy",
+                "peak_queued_bytes",
+                "peak_queued_tuples",
+                "peak_latency_ms",
+                "mean_latency_ms",
+                "results",
+            ],
+            notes,
+        ),  # fmt: skip
     ]
     fig, ax = figure(f"Queued data vs time (live, {chart.title})", "time (s)", "queued KB")
     for r in runs:
@@ -629,9 +667,7 @@ def _write_outputs(
     _shade_burst(ax, schedule)
     ax.legend(fontsize=8)
     paths.append(save(fig, out_dir / f"{chart.name}_queue.png"))
-    fig, ax = figure(
-        f"Output latency vs time (live, {chart.title})", "time (s)", "latency (ms)"
-    )
+    fig, ax = figure(f"Output latency vs time (live, {chart.title})", "time (s)", "latency (ms)")
     for r in runs:
         binned = _binned_latency(r.latencies)
         ax.plot([t for t, _ in binned], [v for _, v in binned], label=_label(r), linewidth=1.2)

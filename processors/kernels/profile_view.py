@@ -276,7 +276,19 @@ def window_insert_codes(  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def window_absorb(  # type: ignore[no-untyped-def]
-    ring, ring_ts, state, new_bits, m, now_ms, window_ms, hist, view, order, mode, j, patterns,
+    ring,
+    ring_ts,
+    state,
+    new_bits,
+    m,
+    now_ms,
+    window_ms,
+    hist,
+    view,
+    order,
+    mode,
+    j,
+    patterns,
     ring_codes,
 ):
     """Expire profile tuples (by time, then by capacity), insert ``new_bits[:m]``, and bring the
@@ -549,8 +561,22 @@ def start_profiles(size, p, run, state, samples, dropped_at, bits, codes):  # ty
 
 @njit(cache=True, inline="always")
 def _profile_position(  # type: ignore[no-untyped-def]
-    col, keys, mask, zero_slot, probes, k, f, samples, n_samples, dropped_at, bits, codes,
-    mode, j, extras, repeats,
+    col,
+    keys,
+    mask,
+    zero_slot,
+    probes,
+    k,
+    f,
+    samples,
+    n_samples,
+    dropped_at,
+    bits,
+    codes,
+    mode,
+    j,
+    extras,
+    repeats,
 ):
     """Position ``k`` (filter ``f``) of the profiling of samples ``samples[:n_samples]`` (rows):
     those not yet dropped find out whether ``f`` drops them (``dropped_at[s] = k``), and those
@@ -612,8 +638,30 @@ def _profile_position(  # type: ignore[no-untyped-def]
 
 @njit(cache=True, inline="always")
 def _index_pass(  # type: ignore[no-untyped-def]
-    cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
+    cols,
+    keys,
+    masks,
+    zeros,
+    probes,
+    order,
+    sels,
+    size,
+    counts,
+    evaluations,
+    main_cycles,
+    p,
+    run,
+    state,
+    samples,
+    dropped_at,
+    bits,
+    codes,
+    mode,
+    j,
+    extras,
+    repeats,
+    hits,
+    ticks,
 ):
     """The body of :func:`run_index_filters` (without the window part)."""
     n = order.shape[0]
@@ -655,8 +703,30 @@ def _index_pass(  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def run_index_filters(  # type: ignore[no-untyped-def]
-    cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
+    cols,
+    keys,
+    masks,
+    zeros,
+    probes,
+    order,
+    sels,
+    size,
+    counts,
+    evaluations,
+    main_cycles,
+    p,
+    run,
+    state,
+    samples,
+    dropped_at,
+    bits,
+    codes,
+    mode,
+    j,
+    extras,
+    repeats,
+    hits,
+    ticks,
 ):
     """The main pass of a conjunction of index-probe filters in one call, with its drop
     profiling. Position k runs ``select_in_index`` for filter ``order[k]`` over ``sels[k]``
@@ -679,8 +749,30 @@ def run_index_filters(  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def run_index_filters_absorbing(  # type: ignore[no-untyped-def]
-    cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
-    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
+    cols,
+    keys,
+    masks,
+    zeros,
+    probes,
+    order,
+    sels,
+    size,
+    counts,
+    evaluations,
+    main_cycles,
+    p,
+    run,
+    state,
+    samples,
+    dropped_at,
+    bits,
+    codes,
+    mode,
+    j,
+    extras,
+    repeats,
+    hits,
+    ticks,
     window,
 ):
     """:func:`run_index_filters`, then the re-optimizer's part in the same call: ``window``
@@ -706,8 +798,28 @@ def run_index_filters_absorbing(  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def absorb_samples(  # type: ignore[no-untyped-def]
-    dropped_at, n_samples, bits, ring, ring_ts, state, now_ms, window_ms, hist, view, order,
-    mode, j, patterns, ring_codes, min_check, costs, alpha, parent, correct, before, codes,
+    dropped_at,
+    n_samples,
+    bits,
+    ring,
+    ring_ts,
+    state,
+    now_ms,
+    window_ms,
+    hist,
+    view,
+    order,
+    mode,
+    j,
+    patterns,
+    ring_codes,
+    min_check,
+    costs,
+    alpha,
+    parent,
+    correct,
+    before,
+    codes,
 ):
     """The rest of a batch's profiling and re-optimization in one call: keep the dropped
     samples' bit rows (:func:`finish_profiles`), put them in the window with the view

@@ -87,9 +87,7 @@ class AgentContext:
         written = 0
         try:
             for payload in encode_envelopes(batch):
-                self.producer.produce(
-                    topic, payload, partition=partition, timestamp_ms=arrival_ms
-                )
+                self.producer.produce(topic, payload, partition=partition, timestamp_ms=arrival_ms)
                 written += len(payload)
         except Exception as exc:
             fatal(agent, exc)

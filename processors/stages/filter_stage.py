@@ -197,9 +197,7 @@ class FilterStage:
         else:
             out = [batch.take(sels[self.n, :passed].copy())]
         t2 = time.perf_counter_ns()
-        self.ns["tuple_processing"] += (
-            (t2 - t0) - self._profile_ns - self._cost_ns - self._reopt_ns
-        )
+        self.ns["tuple_processing"] += (t2 - t0) - self._profile_ns - self._cost_ns - self._reopt_ns
         self.ns["profile_tuple_creation"] += self._profile_ns
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = self._reopt_ns = 0

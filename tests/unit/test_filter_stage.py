@@ -26,8 +26,12 @@ from processors.stages.filter_stage import FilterStage
 from topics.avro import load_schema
 
 PY_OPS = {
-    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-    "==": operator.eq, "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
 }
 WORDS = ["", "a", "ab", "b", "ba", "zeta", "é", "éa"]
 
@@ -128,7 +132,10 @@ def test_order_changes_are_reported_and_logged(caplog: pytest.LogCaptureFixture)
     assert change["at_tuple"] == 1000
     assert "filter order changed" in caplog.text
     assert set(stats["breakdown_percent"]) == {
-        "tuple_processing", "profile_tuple_creation", "profile_window", "view_update",
+        "tuple_processing",
+        "profile_tuple_creation",
+        "profile_window",
+        "view_update",
         "violations",
     }
     assert stats["evaluations"] == {"a > 0": 1000, "a > 4": int((batch.columns["a"] > 0).sum())}
@@ -139,7 +146,9 @@ def test_plan_filters_become_predicates() -> None:
         Query("q")
         .stream("r", topic="t", schema=load_schema("reading"))
         .where(
-            col("r.temperature") > 20.0, col("r.site").isin(["s1", "s2"]), col("r.ok") == True  # noqa: E712
+            col("r.temperature") > 20.0,
+            col("r.site").isin(["s1", "s2"]),
+            col("r.ok") == True,  # noqa: E712
         )
         .into("out")
         .build()

@@ -63,11 +63,16 @@ def test_agreedy_and_sweep_converge_to_the_static_greedy_order(seed: int) -> Non
     final = {}
     for algorithm in ("agreedy", "sweep"):
         config = OrderingConfig(
-            algorithm, profile_probability=0.5, window_tuples=4000, min_profile_tuples=1000,
-            costs=tuple(costs), seed=seed,
+            algorithm,
+            profile_probability=0.5,
+            window_tuples=4000,
+            min_profile_tuples=1000,
+            costs=tuple(costs),
+            seed=seed,
         )
         stage = FilterStage(
-            [IsIn("v", sorted(s), name=f"F{i}") for i, s in enumerate(sets)], config,
+            [IsIn("v", sorted(s), name=f"F{i}") for i, s in enumerate(sets)],
+            config,
             initial_order=start,
         )
         run(stage, seed, 80)

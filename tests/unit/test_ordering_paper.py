@@ -135,8 +135,12 @@ def test_example_7_localswaps_stays_while_agreedy_moves_fn_first(n: int) -> None
     # O satisfies both invariants; alpha = 0.8 and a 20,000-tuple window keep sampling noise
     # (3.7 standard deviations at n = 10) from flagging violations the example does not have.
     config = dict(
-        profile_probability=0.5, window_tuples=20_000, min_profile_tuples=20_000, alpha=0.8,
-        costs=(1.0,) * n, seed=7,
+        profile_probability=0.5,
+        window_tuples=20_000,
+        min_profile_tuples=20_000,
+        alpha=0.8,
+        costs=(1.0,) * n,
+        seed=7,
     )
     stages = {
         alg: FilterStage(

@@ -67,9 +67,7 @@ class SchedulingConfig:
         ):
             raise SchedulingConfigError(f"quantum_ms must be > 0, not {self.quantum_ms!r}")
         if not (math.isfinite(self.stats_window_s) and self.stats_window_s > 0):
-            raise SchedulingConfigError(
-                f"stats_window_s must be > 0, not {self.stats_window_s!r}"
-            )
+            raise SchedulingConfigError(f"stats_window_s must be > 0, not {self.stats_window_s!r}")
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> SchedulingConfig:

@@ -73,9 +73,7 @@ def chart_from_points(points: Sequence[Point]) -> list[Point]:
     take no time."""
     pts = [tuple(p) for p in points]
     if len(pts) < 2:
-        raise ValueError(
-            f"progress chart needs at least two points (one operator), got {len(pts)}"
-        )
+        raise ValueError(f"progress chart needs at least two points (one operator), got {len(pts)}")
     for i, p in enumerate(pts):
         if len(p) != 2:
             raise ValueError(f"point {i}: expected (time, size), got {p!r}")
