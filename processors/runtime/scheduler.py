@@ -140,7 +140,8 @@ class Scheduling:
         if not due and not self._material(plan):
             return False
         self.published = plan
-        self.seq += 1
+        # a new leader goes on from the last version any scheduler of the query published
+        self.seq = max(self.seq, self.plan_version) + 1
         payload = {
             "policy": self.config.policy,
             "config": self.config.to_json(),

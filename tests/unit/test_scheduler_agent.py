@@ -221,3 +221,22 @@ def test_near_equal_priorities_swapping_on_noise_is_not_material_a_clear_overtak
     prio = scheduling.arbiter.policy.priorities()
     assert prio["op.s"] > prio["op.r"]
     assert scheduling.events()[-1]["to"][0] == ["ingest.s", "op.s"]
+
+
+def test_a_new_scheduler_goes_on_from_the_last_published_version() -> None:
+    clock = Clock()
+    old_leader, published = _scheduling(SchedulingConfig("chain"), clock)
+    _feed(old_leader, clock)
+    for _ in range(3):
+        clock.now += HEARTBEAT_S
+        _feed(old_leader, clock)
+        assert old_leader.tick()
+    assert _decode(published[-1]).payload["version"] == 3
+    new_leader, republished = _scheduling(SchedulingConfig("chain"), clock)
+    for raw in published:  # what the other worker read from the control topic
+        new_leader.apply(_decode(raw))
+    _feed(new_leader, clock)  # the stats partition moved: this worker now leads
+    assert new_leader.tick()
+    assert _decode(republished[-1]).payload["version"] == 4
+    new_leader.apply(_decode(republished[-1]))
+    assert new_leader.snapshot()["plan_version"] == 4
