@@ -152,7 +152,11 @@ def _control(args: argparse.Namespace) -> int:
     config = publish_policy(
         resolve_bootstrap(load_settings()), query, args.policy, settings, issuer="streamon-cli"
     )
-    print(f"query {query}: scheduling policy {config.policy} published ({json.dumps(settings)})")
+    if config is None:
+        print(f"query {query}: back to the query file's scheduling (published)")
+    else:
+        shown = json.dumps(settings)
+        print(f"query {query}: scheduling policy {config.policy} published ({shown})")
     return 0
 
 
@@ -237,7 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument("what", choices=["policy"])
     control.add_argument("query", help="query file, module:attr or built-in")
     control.add_argument(
-        "policy", choices=["chain", "chain-flush", "mixed", "fifo", "round-robin", "greedy", "off"]
+        "policy",
+        choices=["chain", "chain-flush", "mixed", "fifo", "round-robin", "greedy", "off", "query"],
+        help="'query': back to the query file's schedule() (a policy set here outlives restarts)",
     )
     control.add_argument("--latency-ms", type=float, default=None, help="chain-flush threshold")
     control.add_argument("--gamma", type=float, default=None, help="mixed: slope threshold")

@@ -145,23 +145,37 @@ class ControlReader:
         self._consumer.close()
 
 
+#: the POLICY payload key that puts a query back on its query file's ``schedule()``
+RESET_TO_QUERY = "reset_to_query"
+#: the policy name, on the command line, for that
+QUERY_POLICY = "query"
+
+
 def publish_policy(
     bootstrap: str, query: str, policy: str, settings: dict[str, Any], issuer: str
 ) -> Any:
     """Publish a POLICY record for ``query`` on the control topic (checked first: a policy or
-    setting that makes no sense is refused here, with its name, rather than by every worker)."""
+    setting that makes no sense is refused here, with its name, rather than by every worker).
+
+    The record stays in force, across restarts, until the next one: policy ``"query"`` puts the
+    workers back on the query file's ``schedule()``. Returns the new config (None for that)."""
     from confluent_kafka import Producer
 
     from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
     from topics.admin import ensure_topics
 
-    try:
-        config = SchedulingConfig.from_mapping({"policy": policy, **settings})
-    except (SchedulingConfigError, TypeError) as exc:
-        raise ValueError(f"scheduling policy for {query}: {exc}") from exc
+    if policy == QUERY_POLICY:  # back to what the query file says (the record replaces the last)
+        if settings:
+            raise ValueError(f"scheduling policy for {query}: '{QUERY_POLICY}' takes no settings")
+        config, payload = None, {RESET_TO_QUERY: True}
+    else:
+        try:
+            config = SchedulingConfig.from_mapping({"policy": policy, **settings})
+        except (SchedulingConfigError, TypeError) as exc:
+            raise ValueError(f"scheduling policy for {query}: {exc}") from exc
+        payload = {"policy": policy, **settings}
     ensure_topics(bootstrap, [control_topic_spec()])
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
-    payload = {"policy": policy, **settings}
     producer.produce(
         CONTROL_TOPIC,
         encode_control(POLICY, query, payload, issuer),

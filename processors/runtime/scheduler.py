@@ -26,7 +26,13 @@ from processors.core.scheduling.measured import StatsWindow, Totals, measured_pl
 from processors.core.scheduling.plan import SchedulingPlan
 from processors.core.scheduling.policies import make_policy
 from processors.runtime.arbiter import Arbiter
-from processors.runtime.control import POLICY, PRIORITIES, ControlRecord, encode_control
+from processors.runtime.control import (
+    POLICY,
+    PRIORITIES,
+    RESET_TO_QUERY,
+    ControlRecord,
+    encode_control,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +96,7 @@ class Scheduling:
         self.query = query
         self.paths = paths
         self.config = config
+        self.query_config = config  # what the query file says, for a POLICY record's reset
         self.arbiter = arbiter
         self._publish = publish
         self.worker_id = worker_id
@@ -180,9 +187,13 @@ class Scheduling:
             self.plan = plan_from_json(record.payload["plan"])
             self.plan_version = int(record.payload.get("version", record.seq))
         elif record.kind == POLICY:
-            settings = {**self.config.to_json(), **record.payload}
             previous = self.config
-            self.config = SchedulingConfig.from_mapping(settings)
+            if record.payload.get(RESET_TO_QUERY):  # back to the query file's schedule()
+                self.config = self.query_config
+            else:
+                self.config = SchedulingConfig.from_mapping(
+                    {**self.config.to_json(), **record.payload}
+                )
             self._force_publish = True  # the scheduler's next plan carries the new settings
             self.window = StatsWindow(self.config.stats_window_s * 1000)
             log.info("query %s: scheduling policy is now %s (%s)", self.query,

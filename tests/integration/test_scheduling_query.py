@@ -133,6 +133,12 @@ def test_chain_schedules_a_live_query_exactly_and_the_policy_changes_at_run_time
 
         agents = worker.status()["scheduling"]["arbiter"]["agents"]
         assert all(agents[a]["grants"] > 0 for a in priorities), agents  # nobody starved
+
+        # `streamon control policy QUERY query`: back to the query file's schedule()
+        assert publish_policy(bootstrap, name, "query", {}, issuer="test") is None
+        status = wait_status(worker, lambda s: s["scheduling"]["policy"] == "chain")
+        assert status["scheduling"]["config"]["latency_ms"] is None
+        time.sleep(1.5)  # the next Stats record carries the switch as an event
     finally:
         assert worker.stop() == 0, worker.log_tail()
 
@@ -147,5 +153,6 @@ def test_chain_schedules_a_live_query_exactly_and_the_policy_changes_at_run_time
     assert any(e["kind"] == "priorities" and e["policy"] == "chain" for e in events), events
     switch = [e for e in events if e["kind"] == "policy"]
     assert [(e["from"]["policy"], e["to"]["policy"], e["issuer"]) for e in switch] == [
-        ("chain", "chain-flush", "test")
+        ("chain", "chain-flush", "test"),
+        ("chain-flush", "chain", "test"),
     ]

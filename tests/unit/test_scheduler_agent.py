@@ -13,6 +13,7 @@ from processors.runtime.arbiter import Arbiter
 from processors.runtime.control import (
     POLICY,
     PRIORITIES,
+    RESET_TO_QUERY,
     ControlRecord,
     decode_control,
     encode_control,
@@ -140,6 +141,22 @@ def test_a_policy_record_switches_every_worker_at_once_and_the_scheduler_follows
 
     scheduling.apply(_decode(encode_control(POLICY, "q", {"policy": "off"}, "cli")))
     assert not scheduling.arbiter.enabled
+
+
+def test_a_reset_record_puts_the_query_back_on_its_own_schedule() -> None:
+    clock = Clock()
+    mine = SchedulingConfig.from_mapping({"policy": "mixed", "gamma": 50.0, "quantum_ms": 4.0})
+    scheduling, published = _scheduling(mine, clock)
+    _feed(scheduling, clock)
+    scheduling.tick()
+    scheduling.apply(_decode(published[0]))
+    scheduling.apply(_decode(encode_control(POLICY, "q", {"policy": "fifo"}, "cli")))
+    assert scheduling.arbiter.policy.name == "fifo"
+    scheduling.apply(_decode(encode_control(POLICY, "q", {RESET_TO_QUERY: True}, "cli")))
+    assert scheduling.config == mine and scheduling.arbiter.policy.name == "mixed"
+    assert [c["to"]["policy"] for c in scheduling.changes if c["kind"] == "policy"] == [
+        "fifo", "mixed",
+    ]  # fmt: skip
 
 
 def test_a_bad_policy_record_is_refused_with_its_reason() -> None:
