@@ -75,6 +75,15 @@ class WorkerProcess:
         with urllib.request.urlopen(info["status_url"], timeout=timeout) as response:
             return json.loads(response.read())
 
+    def held_partitions(self, topic: str) -> set[int]:
+        """The partitions of ``topic`` the worker's consumer holds now (its status page)."""
+        held = set()
+        for entry in self.status()["assignment"]:  # "topic[partition]"
+            name, _, partition = entry.rpartition("[")
+            if name == topic:
+                held.add(int(partition.rstrip("]")))
+        return held
+
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])

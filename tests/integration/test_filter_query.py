@@ -194,14 +194,7 @@ def test_filter_query_is_exact_and_reorders_when_selectivities_change(
 
 def filter_partitions(worker: WorkerProcess, ingest_topic: str) -> tuple[set[int], set[int]]:
     """(partitions of the filter's input this worker holds, partitions its status shows)."""
-    status = worker.status()
-    held = {
-        int(tp.rsplit("[", 1)[1].rstrip("]"))
-        for tp in status["assignment"]
-        if tp.rsplit("[", 1)[0] == ingest_topic
-    }
-    agents = {a["agent"]: a for a in status["stats"]["agents"]}
-    return held, {int(p) for p in agents["filter"]["plan"]}
+    return worker.held_partitions(ingest_topic), {int(p) for p in filter_plans(worker)}
 
 
 def test_filter_query_split_over_two_workers(

@@ -194,9 +194,8 @@ def expected_total(bootstrap: str, prefix: str) -> int:
     return sum(sum(c.values()) for c, _ in oracle(stored_inputs(bootstrap, prefix)).values())
 
 
-def run_with_restart(
-    bootstrap: str, tmp_path: Path, topic_name: str, stop: str
-) -> tuple[dict[int, Counter], dict[int, tuple[Counter, int]], str]:
+def write_query(bootstrap: str, tmp_path: Path, topic_name: str) -> tuple[str, str, str, Path]:
+    """The three input topics and the join query's file: (prefix, result topic, text, file)."""
     prefix, result = topic_name, f"{topic_name}.out"
     ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{s}", PARTITIONS) for s in STREAMS])
     query_file = tmp_path / "query.py"
@@ -206,6 +205,23 @@ def run_with_restart(
         result=result,
     )  # fmt: skip
     query_file.write_text(text)
+    return prefix, result, text, query_file
+
+
+def assert_exact(got: dict[int, Counter], want: dict[int, tuple[Counter, int]], log: str) -> None:
+    """Per partition, the worker's results are exactly the oracle's: nothing missing or extra."""
+    for p, (expected, cut) in want.items():
+        missing, extra = expected - got[p], got[p] - expected
+        assert not missing and not extra, (
+            f"partition {p} (cut {cut}): {sum(missing.values())} missing, "
+            f"{sum(extra.values())} extra of {sum(expected.values())}\n{log[-4000:]}"
+        )
+
+
+def run_with_restart(
+    bootstrap: str, tmp_path: Path, topic_name: str, stop: str
+) -> tuple[dict[int, Counter], dict[int, tuple[Counter, int]], str]:
+    prefix, result, text, query_file = write_query(bootstrap, tmp_path, topic_name)
     first = start(tmp_path, "w", bootstrap, query_file, 1)
     publish_half(bootstrap, prefix, 0)
     try:
@@ -236,14 +252,8 @@ def test_join_is_exact_across_a_graceful_restart(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
     got, want, log = run_with_restart(bootstrap, tmp_path, topic_name, "term")
-    for p in range(PARTITIONS):
-        expected, cut = want[p]
-        assert sum(expected.values()) > 1000
-        missing, extra = expected - got[p], got[p] - expected
-        assert not missing and not extra, (
-            f"partition {p} (cut {cut}): {sum(missing.values())} missing, "
-            f"{sum(extra.values())} extra of {sum(expected.values())}\n{log[-4000:]}"
-        )
+    assert all(sum(expected.values()) > 1000 for expected, _ in want.values())
+    assert_exact(got, want, log)
 
 
 def test_join_loses_nothing_when_a_worker_is_killed(
@@ -263,28 +273,13 @@ def test_join_loses_nothing_when_a_worker_is_killed(
     print(f"SIGKILL restart: {duplicates} duplicate results of {total} ({duplicates / total:.2%})")
 
 
-def held_partitions(worker: WorkerProcess, topic: str) -> set[int]:
-    """Partitions of ``topic`` the worker's consumer holds, from its status endpoint."""
-    assignment = worker.status()["assignment"]
-    return {int(tp.rsplit("[", 1)[1].rstrip("]")) for tp in assignment
-            if tp.rsplit("[", 1)[0] == topic}  # fmt: skip
-
-
 def test_join_is_exact_when_a_second_worker_takes_over_a_partition(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
     """One worker joins the first half; a second worker joins the group and takes one of the two
     partitions, with its windows and indexes (from the snapshot the first worker saves when the
     partition is revoked); the second half is joined by both. Results: exactly the oracle's."""
-    prefix, result = topic_name, f"{topic_name}.out"
-    ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{s}", PARTITIONS) for s in STREAMS])
-    query_file = tmp_path / "query.py"
-    columns = ", ".join(f'{s}_{f}="{s}.{f}"' for s in STREAMS for f in FIELDS)
-    text = QUERY.format(
-        name=topic_name, prefix=prefix, p=PARTITIONS, range_ms=RANGE_MS, columns=columns,
-        result=result,
-    )  # fmt: skip
-    query_file.write_text(text)
+    prefix, result, text, query_file = write_query(bootstrap, tmp_path, topic_name)
     workers = [start(tmp_path, "w", bootstrap, query_file, 1)]
     try:
         publish_half(bootstrap, prefix, 0)
@@ -299,7 +294,7 @@ def test_join_is_exact_when_a_second_worker_takes_over_a_partition(
             assert time.monotonic() < deadline, f"no rebalance: {held}\n{workers[1].log_tail()}"
             time.sleep(0.5)
             try:
-                held = [held_partitions(w, topic) for w in workers]
+                held = [w.held_partitions(topic) for w in workers]
             except (OSError, KeyError, ValueError):  # the second status page is not up yet
                 continue
 
@@ -315,12 +310,7 @@ def test_join_is_exact_when_a_second_worker_takes_over_a_partition(
         for w in workers:
             w.stop()
     got = results_by_partition(bootstrap, result, result_schema(text))
-    for p, (expected, cut) in oracle(stored_inputs(bootstrap, prefix)).items():
-        missing, extra = expected - got[p], got[p] - expected
-        assert not missing and not extra, (
-            f"partition {p} (cut {cut}): {sum(missing.values())} missing, "
-            f"{sum(extra.values())} extra of {sum(expected.values())}\n{log[-4000:]}"
-        )
+    assert_exact(got, oracle(stored_inputs(bootstrap, prefix)), log)
 
 
 CYCLIC = """\
