@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from processors.core.scheduling.config import POLICY_NAMES
 from processors.runtime.broker import BrokerError, broker_status, start_broker, stop_broker
 from processors.runtime.config import ConfigError, load_settings, resolve_bootstrap
 from topics.admin import TopicError
@@ -33,7 +34,7 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from processors.runtime.queries import load_plan
+    from processors.commands.queries import load_plan
     from processors.runtime.worker import WorkerOptions, run_worker
 
     settings = load_settings()
@@ -47,19 +48,20 @@ def _worker(args: argparse.Namespace) -> int:
     )
     if args.id:
         options.worker_id = args.id
+    options.reset_state = args.reset_state
     run_worker(plan, options, loglevel=args.loglevel)
     return 0
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from processors.runtime.queries import load_plan
+    from processors.commands.queries import load_plan
 
     print(json.dumps(load_plan(args.query).to_json(), indent=2))
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from processors.runtime.demo import run_demo
+    from processors.commands.demo import run_demo
 
     return run_demo(records=args.records)
 
@@ -101,7 +103,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from processors.runtime.analyze import AnalyzeSpec, run_analyze
+    from processors.commands.analyze import AnalyzeSpec, run_analyze
 
     spec = AnalyzeSpec(
         query=args.query, topic=args.topic, schema=args.schema, query_name=args.query_name,
@@ -136,8 +138,8 @@ def _experiment(args: argparse.Namespace) -> int:
 
 def _control(args: argparse.Namespace) -> int:
     """Publish a POLICY record: every worker of the query switches scheduling policy."""
+    from processors.commands.queries import load_plan
     from processors.runtime.control import publish_policy
-    from processors.runtime.queries import load_plan
 
     query = load_plan(args.query).name
     settings = {
@@ -175,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--id", default=None, help="worker id (default: host-pid)")
     worker.add_argument("--web-port", type=int, default=0, help="status endpoint port (0: free)")
+    worker.add_argument(
+        "--reset-state",
+        action="store_true",
+        help="start partitions whose stored state cannot be restored empty (it is logged) "
+        "instead of stopping",
+    )
     worker.add_argument(
         "--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"]
     )
@@ -242,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument("query", help="query file, module:attr or built-in")
     control.add_argument(
         "policy",
-        choices=["chain", "chain-flush", "mixed", "fifo", "round-robin", "greedy", "off", "query"],
+        choices=[*POLICY_NAMES, "query"],
         help="'query': back to the query file's schedule() (a policy set here outlives restarts)",
     )
     control.add_argument("--latency-ms", type=float, default=None, help="chain-flush threshold")

@@ -79,7 +79,7 @@ def decision_cost(agents: int, turns: int = 20_000) -> dict[str, float]:
 
 def _pipeline_rate(bootstrap: str, state_dir: Path, topic: str, count: int, name: str,
                    policy: str) -> dict[str, Any]:  # fmt: skip
-    from processors.runtime.launcher import WorkerProcess, wait_for_count
+    from processors.commands.launcher import WorkerProcess, wait_for_count
     from topics.admin import read_topic
 
     result = f"{name}-out"
@@ -117,8 +117,8 @@ def run_arbiter_bench(records: int = 500_000, kafka: bool = True, repeats: int =
     results["turn_us"] = results["in_process_6"]["turn_us"]
     results["choose_us"] = results["in_process_6"]["choose_us"]
     if kafka:
+        from processors.commands.publish import publish_batch
         from processors.runtime.config import load_settings, resolve_bootstrap
-        from processors.runtime.publish import publish_batch
         from processors.workloads.examples import reading_columns
         from topics.admin import ensure_topics
         from topics.avro import load_schema

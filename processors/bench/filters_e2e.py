@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from processors.bench.ingest import PARTITIONS, _say
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch
 from processors.core.batch import Batch
-from processors.runtime.launcher import WorkerProcess, wait_for_count
-from processors.runtime.publish import publish_batch
 from processors.workloads.examples import reading_columns
 from topics.admin import ensure_topics, read_topic
 from topics.avro import load_schema

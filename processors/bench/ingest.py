@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch
 from processors.runtime.config import load_settings, resolve_bootstrap
-from processors.runtime.launcher import WorkerProcess, wait_for_count
 from processors.runtime.producer import RecordProducer
-from processors.runtime.publish import publish_batch
 from processors.workloads.examples import reading_columns
 from topics.admin import ensure_topics, read_topic
 from topics.avro import load_schema

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.network_query import keyed, publish, query_text, stored
+from processors.commands.publish import publish_batch
 from processors.core.batch import Batch
-from processors.runtime.launcher import WorkerProcess, wait_for_count
-from processors.runtime.network_query import keyed, publish, query_text, stored
-from processors.runtime.publish import publish_batch
-from processors.stages.query_stages import QueryStages
+from processors.physical.runner import QueryRunner
 from processors.workloads.network import NetworkWorkload, packet_schema
 from topics.admin import ensure_topics, read_topic
 from topics.specs import TopicSpec
@@ -43,7 +43,7 @@ def expected_results(text: str, inputs: dict[int, list[Batch]]) -> int:
     plan = scope["query"].build()
     total = 0
     for p, batches in inputs.items():
-        stages = QueryStages(plan, p)
+        stages = QueryRunner(plan, p)
         for i, batch in enumerate(batches):
             total += sum(len(b) for b in stages.push(f"r{i}", batch))
     return total

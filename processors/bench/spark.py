@@ -20,8 +20,8 @@ import time
 import uuid
 from typing import Any
 
+from processors.commands.publish import publish_batch
 from processors.runtime.config import load_settings, resolve_bootstrap
-from processors.runtime.publish import publish_batch
 from processors.workloads.examples import reading_columns
 from topics.admin import ensure_topics, high_watermarks
 from topics.avro import load_schema

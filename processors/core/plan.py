@@ -2,25 +2,20 @@
 
 :class:`processors.core.query.Query` builds it; the optimizer and runtime read it. Everything is
 a frozen dataclass so that a plan can be shared between stages and compared across re-plans, and
-``LogicalPlan.to_json`` gives the view shown on status endpoints.
+``LogicalPlan.to_json`` gives the view shown on status endpoints. This module is data only: the
+checks live in :mod:`processors.core.validation`, the Avro schemas are derived in
+:mod:`processors.core.schema_derivation` (the builder stores the result schema on the plan), so
+that reading a plan needs neither fastavro nor the query builder.
 """
 
 from __future__ import annotations
 
-import copy
-import numbers
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-import fastavro
+from typing import Any, Literal, get_args
 
 from processors.core.ordering.config import OrderingConfig
 from processors.core.scheduling.config import SchedulingConfig
-
-if TYPE_CHECKING:
-    from processors.core.query import Predicate
 
 PRIMITIVES = frozenset({"boolean", "int", "long", "float", "double", "string", "bytes"})
 INTEGER = frozenset({"int", "long"})
@@ -30,7 +25,6 @@ FAMILIES |= {"float": "floating", "double": "floating", "string": "text", "enum"
 
 FilterOp = Literal["<", "<=", ">", ">=", "==", "!=", "in", "between"]
 Placement = Literal["below_window", "above_window"]
-_EQUALITY_ONLY = frozenset({"==", "!=", "in"})
 
 
 class QueryError(ValueError):
@@ -143,7 +137,8 @@ class OutputColumn:
 
 
 AggregateFunc = Literal["count", "sum", "avg", "min", "max"]
-AGGREGATE_FUNCS: tuple[str, ...] = ("count", "sum", "avg", "min", "max")
+#: the aggregate functions a query may use and the aggregate stage computes (the one list)
+AGGREGATE_FUNCS: tuple[str, ...] = get_args(AggregateFunc)
 
 
 @dataclass(frozen=True)
@@ -174,18 +169,6 @@ class SyntheticOperator:
             f"{self.name}(cost {self.cost_us:g} us, selectivity {self.selectivity:g}, "
             f"by {self.key})"
         )
-
-
-def aggregate_avro(func: str, info: FieldInfo | None) -> Any:
-    """The Avro type of an aggregate's result."""
-    if func == "count":
-        return "long"
-    if func == "avg":
-        return "double"
-    assert info is not None
-    if func == "sum":
-        return "long" if info.family == "integer" else "double"
-    return copy.deepcopy(info.avro)  # min, max: the column's own type
 
 
 @dataclass(frozen=True)
@@ -297,149 +280,3 @@ class LogicalPlan:
 
 def _jsonable(value: Any) -> Any:
     return "0x" + value.hex() if isinstance(value, bytes) else value
-
-
-def parse_fields(stream: str, schema: object) -> tuple[FieldInfo, ...]:
-    """The flat fields of an Avro record schema; anything streamon cannot hold in a column fails."""
-    if not isinstance(schema, Mapping) or schema.get("type") != "record":
-        raise QueryError(f"stream {stream!r}: schema must be an Avro record schema (type 'record')")
-    try:
-        fastavro.parse_schema(copy.deepcopy(dict(schema)))
-    except Exception as exc:  # fastavro raises several types for bad schemas
-        raise QueryError(
-            f"stream {stream!r}: invalid Avro schema ({type(exc).__name__}: {exc})"
-        ) from exc
-    fields: list[FieldInfo] = []
-    enums: dict[str, Any] = {}  # enums defined by earlier fields, which later ones may name
-    for f in schema["fields"]:
-        name, avro = f["name"], f["type"]
-        avro = copy.deepcopy(enums.get(avro, avro) if isinstance(avro, str) else avro)
-        base = avro.get("type") if isinstance(avro, Mapping) else avro
-        if isinstance(base, str) and base in PRIMITIVES:
-            fields.append(FieldInfo(name, base, avro))
-        elif base == "enum":
-            ns = avro.get("namespace", schema.get("namespace"))
-            enums[avro["name"]] = enums[f"{ns}.{avro['name']}" if ns else avro["name"]] = avro
-            fields.append(FieldInfo(name, "enum", avro, tuple(avro["symbols"])))
-        else:
-            kind = "a union (nullable field)" if isinstance(avro, list) else repr(base)
-            raise QueryError(
-                f"stream {stream!r} field {name!r}: type {kind} is not supported; fields must be "
-                "boolean, int, long, float, double, string, bytes or enum (no null, union, "
-                "array, map, record or fixed)"
-            )
-    return tuple(fields)
-
-
-def _fits(value: Any, family: str) -> bool:
-    if family in ("integer", "floating"):
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    return isinstance(value, {"text": str, "bytes": bytes, "boolean": bool}[family])
-
-
-def _plain(value: Any) -> Any:
-    """Python scalars (numpy ones are not JSON-able)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def check_constants(pred: Predicate, info: FieldInfo) -> tuple[Any, ...]:
-    """The predicate's constants, normalized, if they fit the field's type; else QueryError."""
-    if (info.family == "boolean" or info.type == "enum") and pred.op not in _EQUALITY_ONLY:
-        raise QueryError(f"filter {pred}: {pred.op} is not defined on {info.type} field {pred.ref}")
-    for v in pred.values:
-        if not _fits(v, info.family):
-            raise QueryError(
-                f"filter {pred}: field {pred.ref} is {info.type} but {v!r} is {type(v).__name__}"
-            )
-        if info.symbols and v not in info.symbols:
-            raise QueryError(f"filter {pred}: {v!r} is not a symbol of enum field {pred.ref}")
-    out = tuple(_plain(v) for v in pred.values)
-    if pred.op == "between" and out[0] > out[1]:
-        raise QueryError(f"filter {pred}: low bound {out[0]!r} is above high bound {out[1]!r}")
-    return tuple(sorted(set(out))) if pred.op == "in" else out
-
-
-class Components:
-    """Union-find, for connected streams and for join-key equivalence classes."""
-
-    def __init__(self) -> None:
-        self.parent: dict[Any, Any] = {}
-
-    def find(self, x: Any) -> Any:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: Any, b: Any) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-    def groups(self, items: Iterable[Any]) -> list[list[Any]]:
-        out: dict[Any, list[Any]] = {}
-        for item in items:
-            out.setdefault(self.find(item), []).append(item)
-        return list(out.values())
-
-
-def join_key(
-    streams: Iterable[StreamSpec], joins: Iterable[JoinPredicate]
-) -> tuple[ColumnRef, ...] | None:
-    """One column per stream, all equal through the joins (first such class), or None."""
-    names = [s.name for s in streams]
-    classes = Components()
-    cols: list[ColumnRef] = []
-    for j in joins:
-        classes.union(j.left, j.right)
-        cols += [j.left, j.right]
-    for group in classes.groups(cols):
-        first: dict[str, ColumnRef] = {}
-        for c in group:
-            first.setdefault(c.stream, c)
-        if set(first) == set(names):
-            return tuple(first[n] for n in names)
-    return None
-
-
-def output_schema(
-    name: str, streams: tuple[StreamSpec, ...], output: tuple[OutputColumn, ...], projected: bool
-) -> dict[str, Any]:
-    """The result record schema: the input schema itself for one stream without projection."""
-    if len(streams) == 1 and not projected:
-        return copy.deepcopy(streams[0].schema)
-    by_name = {s.name: s for s in streams}
-    enums: dict[str, tuple[Any, ColumnRef]] = {}  # an Avro named type is defined once
-    fields = []
-    for c in output:
-        info = by_name[c.source.stream].field(c.source.field)
-        assert info is not None
-        avro = copy.deepcopy(info.avro)
-        if info.type == "enum":
-            ns = avro.get("namespace")
-            full = f"{ns}.{avro['name']}" if ns else avro["name"]
-            if full not in enums:
-                enums[full] = (avro, c.source)
-            elif enums[full][0] == avro:
-                avro = full
-            else:
-                raise QueryError(
-                    f"output field {c.name!r}: enum type {full!r} of {c.source} differs from "
-                    f"the one of {enums[full][1]}; the result record can hold only one"
-                )
-        fields.append({"name": c.name, "type": avro})
-    record = re.sub(r"\W", "_", name)
-    schema = {
-        "type": "record",
-        "name": record if not record[0].isdigit() else f"_{record}",
-        "namespace": "streamon.results",
-        "fields": fields,
-    }
-    try:
-        fastavro.parse_schema(copy.deepcopy(schema))
-    except Exception as exc:  # fastavro raises several types for bad schemas
-        raise QueryError(f"result schema of query {name!r} is invalid: {exc}") from exc
-    return schema

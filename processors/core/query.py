@@ -14,6 +14,11 @@ Checks that need only a call's own arguments fail at that call; checks that rela
 declarations to each other (unknown streams and fields, types, the join graph) fail in
 ``build()``, so declarations may come in any order. Every failure is a :class:`QueryError`
 naming the stream, field, topic or window at fault, because the user reads it, not a developer.
+
+The column DSL (``col``) is :mod:`processors.core.columns`, the checks are
+:mod:`processors.core.validation`, the Avro schemas :mod:`processors.core.schema_derivation`;
+this module re-exports what users import from it (``Query``, ``col``, ``LogicalPlan``,
+``QueryError``).
 """
 
 from __future__ import annotations
@@ -22,17 +27,17 @@ import copy
 import numbers
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from processors.core.columns import Col, Predicate, col, parse_ref
+from processors.core.equivalence import join_key
 from processors.core.ordering.config import OrderingConfig, OrderingConfigError
 from processors.core.plan import (
     AGGREGATE_FUNCS,
     INTEGER,
     AggregateSpec,
     ColumnRef,
-    Components,
     FieldInfo,
     Filter,
     JoinPredicate,
@@ -42,119 +47,23 @@ from processors.core.plan import (
     StreamSpec,
     SyntheticOperator,
     Window,
-    aggregate_avro,
-    check_constants,
-    join_key,
-    output_schema,
-    parse_fields,
 )
 from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
+from processors.core.schema_derivation import aggregate_schema, output_schema, parse_fields
+from processors.core.validation import (
+    check_constants,
+    check_joins,
+    check_ordering_type,
+    check_partitions,
+    check_topic,
+    collides,
+)
 
 __all__ = ["Col", "LogicalPlan", "Predicate", "Query", "QueryError", "col"]
 
 KEY_TYPES = frozenset({"int", "long", "string", "bytes", "enum"})
 _SUB_MS = ("-micros", "-nanos")  # logical types in finer units than streamon's ms event time
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# adapt() settings checked for type here, so that a wrong one is named (OrderingConfig checks
-# ranges): setting -> (int or real, whether None is allowed)
-_ORDERING_TYPES = {
-    "profile_probability": ("real", True),
-    "window_tuples": ("int", True),
-    "window_ms": ("int", True),
-    "alpha": ("real", False),
-    "min_profile_tuples": ("int", False),
-    "cost_samples": ("int", False),
-    "seed": ("int", False),
-}
-
-
-def check_topic(topic: object, what: str) -> str:
-    """``topic`` if Kafka accepts it as a topic name, else a QueryError naming ``what``."""
-    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
-        raise QueryError(
-            f"{what}: invalid Kafka topic name {topic!r} "
-            "(1 to 249 characters of a-z A-Z 0-9 . _ -, and not '.' or '..')"
-        )
-    return topic
-
-
-def _check_partitions(partitions: object, what: str) -> int | None:
-    if partitions is None:
-        return None
-    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-        raise QueryError(f"{what}: partitions must be an int >= 1, got {partitions!r}")
-    return partitions
-
-
-def parse_ref(ref: object, what: str) -> ColumnRef:
-    """``"stream.field"`` as a ColumnRef."""
-    parts = ref.split(".") if isinstance(ref, str) else []
-    if len(parts) != 2 or not all(parts):
-        raise QueryError(f"{what}: column reference {ref!r} must look like 'stream.field'")
-    return ColumnRef(parts[0], parts[1])
-
-
-@dataclass(frozen=True)
-class Predicate:
-    """An unchecked filter, as written; ``build()`` checks it against the stream's schema."""
-
-    ref: ColumnRef
-    op: str
-    values: tuple[Any, ...]
-
-    def __bool__(self) -> bool:
-        raise QueryError(
-            f"filter on {self.ref} used as a truth value: pass filters to where() separately "
-            "and use .between(lo, hi) instead of chained comparisons"
-        )
-
-    def __str__(self) -> str:
-        return str(Filter(self.ref.stream, self.ref.field, self.op, self.values))  # type: ignore[arg-type]
-
-
-def _compare(op: str) -> Callable[[Col, Any], Predicate]:
-    def compare(self: Col, value: Any) -> Predicate:
-        return Predicate(self.ref, op, (value,))
-
-    return compare
-
-
-class Col:
-    """A column in filters: ``col("r.x") > 30.0``, ``.isin({...})``, ``.between(lo, hi)``."""
-
-    __slots__ = ("ref",)
-    __hash__ = None  # type: ignore[assignment]  # == builds a Predicate, so no hashing
-
-    def __init__(self, ref: str) -> None:
-        self.ref = parse_ref(ref, "col()")
-
-    __lt__ = _compare("<")
-    __le__ = _compare("<=")
-    __gt__ = _compare(">")
-    __ge__ = _compare(">=")
-    __eq__ = _compare("==")  # type: ignore[assignment]
-    __ne__ = _compare("!=")  # type: ignore[assignment]
-
-    def isin(self, values: Iterable[Any]) -> Predicate:
-        vals = tuple(values)
-        if not vals:
-            raise QueryError(f"filter {self.ref} IN (): the set is empty, so nothing would pass")
-        return Predicate(self.ref, "in", vals)
-
-    def between(self, low: Any, high: Any) -> Predicate:
-        """Inclusive on both ends, as in SQL."""
-        return Predicate(self.ref, "between", (low, high))
-
-
-def col(ref: str) -> Col:
-    """A column reference ``"stream.field"`` for filters."""
-    return Col(ref)
-
-
-def _collides(a: str, b: str) -> bool:
-    """Kafka refuses topics that differ only in '.' versus '_' (their metric names clash)."""
-    return a.replace(".", "_") == b.replace(".", "_")
 
 
 class Query:
@@ -199,7 +108,7 @@ class Query:
             fields,
             key,
             timestamp,
-            _check_partitions(partitions, f"stream {name!r}"),
+            check_partitions(partitions, f"stream {name!r}"),
         )
         for role, fname, allowed in (("key", key, KEY_TYPES), ("timestamp", timestamp, INTEGER)):
             if fname is None:
@@ -313,7 +222,7 @@ class Query:
         if self._result is not None:
             raise QueryError(f"result topic is already {self._result[0]!r}")
         check_topic(topic, "result topic")
-        self._result = (topic, _check_partitions(partitions, f"result topic {topic!r}"))
+        self._result = (topic, check_partitions(partitions, f"result topic {topic!r}"))
         return self
 
     def adapt(self, algorithm: str = "agreedy", **settings: Any) -> Query:
@@ -331,7 +240,7 @@ class Query:
         if isinstance(costs, Iterable) and not isinstance(costs, str | bytes | Mapping):
             settings["costs"] = tuple(costs)  # a generator is read once, here
         for name, value in settings.items():
-            _check_ordering_type(name, value)
+            check_ordering_type(name, value)
         try:
             self._ordering = OrderingConfig.from_mapping({"algorithm": algorithm, **settings})
         except OrderingConfigError as exc:
@@ -382,7 +291,7 @@ class Query:
             raise QueryError(f"query {self.name!r} has no result topic: call into(topic)")
         topic, partitions = self._result
         for s in self._streams.values():
-            if _collides(topic, s.topic):
+            if collides(topic, s.topic):
                 raise QueryError(
                     f"result topic {topic!r} collides with input topic of stream "
                     f"{s.name!r} ({s.topic!r})"
@@ -395,7 +304,14 @@ class Query:
         output = self._output()
         schema = output_schema(self.name, streams, output, self._select is not None)
         if aggregates:
-            schema = self._aggregate_schema(group_by, aggregates)
+            schema = aggregate_schema(
+                self.name,
+                tuple((ref, self._field(ref, "group_by()")) for ref in group_by),
+                tuple(
+                    (a, None if a.source is None else self._field(a.source, f"aggregate {a.name}"))
+                    for a in aggregates
+                ),
+            )
         self._check_ordering(filters)
         operators = self._checked_operators(windows, joins, aggregates)
         return LogicalPlan(
@@ -469,24 +385,6 @@ class Query:
             specs.append(AggregateSpec(func, ref, name))  # type: ignore[arg-type]
         return group_by, tuple(specs)
 
-    def _aggregate_schema(
-        self, group_by: tuple[ColumnRef, ...], aggregates: tuple[AggregateSpec, ...]
-    ) -> dict[str, Any]:
-        fields = [
-            {"name": ref.field, "type": copy.deepcopy(self._field(ref, "group_by()").avro)}
-            for ref in group_by
-        ]
-        for a in aggregates:
-            info = None if a.source is None else self._field(a.source, f"aggregate {a.name}")
-            fields.append({"name": a.name, "type": aggregate_avro(a.func, info)})
-        record = re.sub(r"\W", "_", self.name)
-        return {
-            "type": "record",
-            "name": record if not record[0].isdigit() else f"_{record}",
-            "namespace": "streamon.results",
-            "fields": fields,
-        }
-
     def _field(self, ref: ColumnRef, what: str) -> FieldInfo:
         spec = self._streams.get(ref.stream)
         if spec is None:
@@ -539,40 +437,7 @@ class Query:
                     )
 
     def _checked_joins(self) -> tuple[JoinPredicate, ...]:
-        joins: list[JoinPredicate] = []
-        for left, right in self._joins:
-            what = f"join {left} = {right}"
-            li, ri = self._field(left, what), self._field(right, what)
-            if left.stream == right.stream:
-                how = "on the same field" if left.field == right.field else "on two of its fields"
-                raise QueryError(
-                    f"{what}: joins stream {left.stream!r} with itself {how}; a join needs two "
-                    "streams (for a self-join, declare the stream twice under two names)"
-                )
-            if li.family != ri.family:
-                raise QueryError(f"{what}: incompatible types {li.type} and {ri.type}")
-            if li.family == "floating":
-                raise QueryError(
-                    f"{what}: joins on floating-point fields are not supported (equality of "
-                    "floats is rarely meant); join on integer, string, bytes or enum fields"
-                )
-            if any({j.left, j.right} == {left, right} for j in joins):
-                raise QueryError(f"{what}: declared twice")
-            joins.append(JoinPredicate(left, right))
-        names = list(self._streams)
-        if len(names) > 1 and not joins:
-            raise QueryError(
-                f"query {self.name!r} reads streams {', '.join(names)} but declares no join "
-                "predicate (cross products are not supported): add join('a.x', 'b.y')"
-            )
-        parts = Components()
-        for j in joins:
-            parts.union(j.left.stream, j.right.stream)
-        groups = parts.groups(names)
-        if len(groups) > 1:
-            listed = " | ".join("{" + ", ".join(g) + "}" for g in groups)
-            raise QueryError(f"streams not connected by joins: {listed}")
-        return tuple(joins)
+        return check_joins(self.name, list(self._streams), self._joins, self._field)
 
     def _output(self) -> tuple[OutputColumn, ...]:
         """Result fields; a field name taken by several streams becomes ``stream_field``."""
@@ -593,29 +458,3 @@ class Query:
             taken[name] = ref
             out.append(OutputColumn(name, ref, info.type))
         return tuple(out)
-
-
-def _check_ordering_type(name: str, value: Any) -> None:
-    """A QueryError naming the adapt() setting if ``value`` has the wrong type."""
-    if name == "costs":
-        if value is None:
-            return
-        if (
-            isinstance(value, str | bytes | Mapping)
-            or not isinstance(value, Iterable)
-            or not all(isinstance(c, numbers.Real) and not isinstance(c, bool) for c in value)
-        ):
-            raise QueryError(f"adapt(): costs must be a sequence of numbers, got {value!r}")
-        return
-    if name not in _ORDERING_TYPES:
-        return  # unknown settings: OrderingConfig.from_mapping names them
-    kind, nullable = _ORDERING_TYPES[name]
-    if value is None and nullable:
-        return
-    ok = isinstance(value, numbers.Integral if kind == "int" else numbers.Real)
-    if not ok or isinstance(value, bool):
-        what = "an int" if kind == "int" else "a number"
-        none = " or None" if nullable else ""
-        raise QueryError(
-            f"adapt(): {name} must be {what}{none}, got {value!r} ({type(value).__name__})"
-        )

@@ -31,527 +31,41 @@ How the measurements are made, and why:
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from processors.core.batch import Batch
-from processors.core.ordering.config import OrderingConfig
-from processors.core.plan import Window
 from processors.experiments import plotting
-from processors.stages.mjoin_stage import MJoinStage
-from processors.stages.window_stage import WindowStage
+from processors.experiments.joins_setup import (
+    BUCKET_MS,
+    CHANGE_COLUMNS,
+    PACKETS_PER_S,
+    PHASE_MS,
+    ROUTERS,
+    SUMMARY_COLUMNS,
+    TIMELINE_COLUMNS,
+    WINDOW_MS,
+    default_orders,
+    expected_probes,
+    style_of,
+)
+from processors.experiments.joins_timeline import (
+    _check_same_results,
+    format_orders,
+    scaled_ms,
+    summarize,
+    timeline,
+    timeline_plot,
+    warm_up,
+)
+from processors.experiments.runner import Experiment, runner
 from processors.workloads.network import (
     NetworkWorkload,
-    NetworkWorkloadRun,
     OverlapPhase,
     default_phases,
 )
-
-Orders = tuple[tuple[int, ...], ...]  # per router, the other routers in probe order
-
-ROUTERS = 4
-PACKETS_PER_S = 1000.0  # with 10 s windows: 3,200-8,000 tuples per router window (Example 1)
-WINDOW_MS = 10_000
-PHASE_MS = 60_000
-BUCKET_MS = 2_000
-# A-Greedy's profile: Table 1's p = 0.01 and 1000 profile tuples would take 60-150 s of this
-# traffic to fill (about 700-1,600 deltas/s per pipeline, ~99% dropped); p = 0.05 with 500
-# tuples keeps it to 6-15 s, less than a phase.
-PROFILE_P = 0.05
-PROFILE_WINDOW = 500
-MIN_PROFILE = 100  # Table 1 / OrderingConfig default, scaled with the profile window
-
-STYLE: dict[str, dict[str, Any]] = {
-    "Optimal": {"color": "black", "linestyle": "--", "marker": "s"},
-    "A-Greedy": {"color": "tab:blue", "marker": "o"},
-    "A-Greedy (Table 1 p, window)": {"color": "tab:cyan", "linestyle": "-.", "marker": "^"},
-    # dashed and on top: over a whole cycle it can coincide with the phase-0 line
-    "Fixed (default order)": {"color": "tab:red", "linestyle": (0, (4, 3)), "marker": "x"},
-    "Fixed (phase 0 best)": {"color": "tab:orange", "marker": "d"},
-}
-ZORDER = {"Fixed (default order)": 3}
-
-
-def _style(label: str, markers: bool) -> dict[str, Any]:
-    style = dict(STYLE.get(label, {}))
-    if not markers:
-        style.pop("marker", None)
-    return {"zorder": ZORDER.get(label, 2), **style}
-
-
-TIMELINE_COLUMNS = [
-    "bucket", "t_s", "phase", "steady", "variant", "deltas", "results", "net_size",
-    "probes", "probes_per_delta", "drop_probes_per_delta",
-    *(f"probes_per_delta_r{i}" for i in range(ROUTERS)),
-    "expected_probes_per_delta", "optimal_expected_probes_per_delta",
-    "tuples_per_s", "changes", "at_best_orders", "orders",
-]  # fmt: skip
-SUMMARY_COLUMNS = [
-    "phase", "variant", "deltas", "probes_per_delta", "expected_probes_per_delta",
-    "optimal_expected_probes_per_delta", "excess_work_pct", "tuples_per_s", "changes",
-    "best_orders_after_s", "final_orders",
-]  # fmt: skip
-CHANGE_COLUMNS = ["t_s", "phase", "variant", "pipeline", "at_delta", "from", "to", "reason"]
-
-
-# ---------------------------------------------------------------------------------------------
-# The workload's expected probes
-# ---------------------------------------------------------------------------------------------
-
-
-def expected_probes(phase: OverlapPhase, routers: int, orders: Sequence[Sequence[int]]) -> float:
-    """Expected probes per delta tuple over all routers' deltas (each router weighted by its
-    share of the traffic: inserts and deletes alike) for these probe orders: drop-probing (eq.
-    1, unit costs) plus output generation, (n - 1) probes per surviving delta (Property 8.1)."""
-    shares = phase.shares(routers)
-    total = 0.0
-    for i in range(routers):
-        if shares[i] <= 0:
-            continue
-        others = [j for j in range(routers) if j != i]
-        survive = phase.pass_rate(i, others)
-        total += shares[i] * (phase.expected_probes(i, orders[i]) + (routers - 1) * survive)
-    return total / float(shares.sum())
-
-
-def default_orders(routers: int) -> Orders:
-    """The stage's starting order for a natural join: the other routers by index."""
-    return tuple(tuple(j for j in range(routers) if j != i) for i in range(routers))
-
-
-# ---------------------------------------------------------------------------------------------
-# Variants and their stages
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One MJoin configuration. ``pinned[p]`` (if given): the orders set at the start of phase
-    p of the schedule (on a fixed-order stage: the oracle and the phase-0 baseline)."""
-
-    key: str
-    label: str
-    config: OrderingConfig
-    pinned: tuple[Orders, ...] | None = None
-
-
-def variants(workload: NetworkWorkload, scale: float, seed: int) -> list[Variant]:
-    """Optimal, A-Greedy (profile suited to this traffic and with Table 1's defaults), the
-    stage's default order and the phase-0 best order held for the whole run."""
-    best = tuple(workload.best_orders())
-    window = max(20, round(PROFILE_WINDOW * scale))
-    tuned = OrderingConfig(
-        "agreedy",
-        profile_probability=PROFILE_P,
-        window_tuples=window,
-        min_profile_tuples=max(10, round(MIN_PROFILE * scale)),
-        seed=seed,
-    )
-    table1 = OrderingConfig(
-        "agreedy",
-        window_tuples=max(20, round(1000 * scale)),
-        min_profile_tuples=max(10, round(MIN_PROFILE * scale)),
-        seed=seed,
-    )
-    fixed = OrderingConfig("fixed", seed=seed)
-    return [
-        Variant("optimal", "Optimal", fixed, best),
-        Variant("agreedy", "A-Greedy", tuned),
-        Variant("agreedy_table1", "A-Greedy (Table 1 p, window)", table1),
-        Variant("fixed_default", "Fixed (default order)", fixed),
-        Variant("fixed_phase0", "Fixed (phase 0 best)", fixed, (best[0],) * len(best)),
-    ]
-
-
-def network_predicates(routers: int) -> list[tuple[tuple[int, str], tuple[int, str]]]:
-    """The Example 1 join: every router's pid equals router 0's (a natural join, a star)."""
-    return [((0, "pid"), (i, "pid")) for i in range(1, routers)]
-
-
-@dataclass
-class Meter:
-    """A variant's stage, the time spent in it and its counters at the last bucket's end."""
-
-    variant: Variant
-    stage: MJoinStage
-    spent_ns: int = 0
-    results: int = 0
-    net_size: int = 0
-    marks: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def create(cls, variant: Variant, routers: int, clock: Callable[[], int]) -> Meter:
-        names = [f"r{i}" for i in range(routers)]
-        stage = MJoinStage(names, network_predicates(routers), variant.config, variant.key, clock)
-        meter = cls(variant, stage)
-        meter.mark()
-        return meter
-
-    def pin(self, orders: Orders) -> None:
-        """Set every pipeline's order (router indices) on a fixed-order stage."""
-        for i, pipe in enumerate(self.stage.pipelines):
-            entity = {inp: e for e, inp in enumerate(pipe.inputs)}
-            self.stage.reopts[i].order = np.array([entity[r] for r in orders[i]], np.int64)
-
-    def orders(self) -> Orders:
-        """Every pipeline's current order as router indices."""
-        s = self.stage
-        return tuple(
-            tuple(int(p.inputs[e]) for e in s.reopts[i].order.tolist())
-            for i, p in enumerate(s.pipelines)
-        )
-
-    def step(self, deltas: Sequence[Sequence[Batch]], final: bool = False) -> None:
-        """Push one bucket's deltas of every input and join what can be released (timed)."""
-        t0 = time.perf_counter_ns()
-        for i, parts in enumerate(deltas):
-            for b in parts:
-                self.stage.push(i, b)
-        out = self.stage.flush() if final else self.stage.release()
-        self.spent_ns += time.perf_counter_ns() - t0
-        for b in out:
-            self.results += len(b)
-            # Example 1's answer, sum(size) over the join, maintained from inserts and deletes
-            self.net_size += int(np.dot(b.sign.astype(np.int64), b.columns["r0.size"]))
-
-    def mark(self) -> None:
-        s = self.stage
-        self.marks = {
-            "spent_ns": self.spent_ns,
-            "results": self.results,
-            "net_size": self.net_size,
-            "probes": [p.sum() for p in s.probes],
-            "deltas": list(s.deltas_in),
-            "changes": s.changes_total,
-        }
-
-    def since_mark(self) -> dict[str, Any]:
-        """Counters since the last ``mark`` (probes and deltas per pipeline)."""
-        s, m = self.stage, self.marks
-        return {
-            "spent_ns": self.spent_ns - m["spent_ns"],
-            "results": self.results - m["results"],
-            "net_size": self.net_size,
-            "probes": [int(p.sum() - q) for p, q in zip(s.probes, m["probes"], strict=True)],
-            "deltas": [d - e for d, e in zip(s.deltas_in, m["deltas"], strict=True)],
-            "changes": s.changes_total - m["changes"],
-        }
-
-
-_warmed = False
-
-
-def warm_up() -> None:
-    """Run every kernel once (numba compiles or loads its cache) before anything is timed."""
-    global _warmed
-    if _warmed:
-        return
-    workload = NetworkWorkload(packets_per_s=500.0, phases=default_phases(4, 4_000), seed=99)
-    timeline(workload, window_ms=1_000, bucket_ms=500, scale=0.05, seed=0)
-    _warmed = True
-
-
-# ---------------------------------------------------------------------------------------------
-# The run
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Timeline:
-    """What :func:`timeline` measured: rows per bucket and variant, and every order change."""
-
-    rows: list[dict[str, Any]]
-    changes: list[dict[str, Any]]
-    best: list[Orders]
-    variants: list[Variant]
-    window_ms: int
-    bucket_ms: int
-    phase_ms: list[int]
-
-
-def timeline(
-    workload: NetworkWorkload,
-    window_ms: int,
-    bucket_ms: int,
-    scale: float = 1.0,
-    seed: int = 0,
-    chosen: Sequence[Variant] | None = None,
-) -> Timeline:
-    """Every variant on the same windowed router streams, bucket by bucket of event time.
-
-    Raises if the variants disagree on any bucket's results (count or Example 1's sum of
-    sizes): orders may change the work, never the answer.
-    """
-    routers = workload.routers
-    schedule = workload.schedule
-    best = workload.best_orders()
-    entries = list(chosen) if chosen is not None else variants(workload, scale, seed)
-    run = NetworkWorkloadRun(workload)
-    windows = [WindowStage(Window(n, "range", window_ms)) for n in run.stream_names]
-    clock = [workload.start_ms]  # event time for the stages' change log
-    meters = [Meter.create(v, routers, lambda: clock[0]) for v in entries]
-    phase_starts = np.cumsum([0] + [p.duration_ms for p in schedule])
-    cache: dict[tuple[int, Orders], float] = {}
-
-    def expect(phase: int, orders: Orders) -> float:
-        if (phase, orders) not in cache:
-            cache[phase, orders] = expected_probes(schedule[phase], routers, orders)
-        return cache[phase, orders]
-
-    rows: list[dict[str, Any]] = []
-    changes: list[dict[str, Any]] = []
-    bucket, previous = 0, -1
-    while not run.done:
-        start = run.now_ms
-        offset = (start - workload.start_ms) % workload.cycle_ms
-        phase = int(run.phase_at(start))
-        steady = offset - int(phase_starts[phase]) >= window_ms
-        # the run ends a few ms after the last birth: fold that tail into the last bucket
-        span = bucket_ms if run.end_ms - start >= bucket_ms * 3 // 2 else run.end_ms - start
-        batches = run.next_batches(span)
-        clock[0] = run.now_ms
-        deltas = [w.process(b) if len(b) else [] for w, b in zip(windows, batches, strict=True)]
-        final = run.done
-        if final:
-            for i, w in enumerate(windows):
-                deltas[i] = [*deltas[i], *w.flush()]
-        for m in meters:
-            if m.variant.pinned is not None and phase != previous:
-                m.pin(m.variant.pinned[phase])
-        previous = phase
-        k = len(meters)
-        for j in range(k):
-            meters[(bucket + j) % k].step(deltas, final)
-        t_s = (run.now_ms - workload.start_ms) / 1000.0
-        optimal = expect(phase, best[phase])
-        for m in meters:
-            d = m.since_mark()
-            n_deltas = sum(d["deltas"])
-            n_probes = sum(d["probes"])
-            orders = m.orders()
-            row: dict[str, Any] = {
-                "bucket": bucket,
-                "t_s": t_s,
-                "phase": phase,
-                "steady": steady,
-                "variant": m.variant.label,
-                "deltas": n_deltas,
-                "results": d["results"],
-                "net_size": d["net_size"],
-                "probes": n_probes,
-                "probes_per_delta": n_probes / n_deltas if n_deltas else 0.0,
-                # output generation binds every other input for each result (Property 8.1)
-                "drop_probes_per_delta": (
-                    (n_probes - (routers - 1) * d["results"]) / n_deltas if n_deltas else 0.0
-                ),
-                "expected_probes_per_delta": expect(phase, orders),
-                "optimal_expected_probes_per_delta": optimal,
-                "tuples_per_s": n_deltas / (d["spent_ns"] / 1e9) if d["spent_ns"] else 0.0,
-                "changes": d["changes"],
-                "at_best_orders": orders == best[phase],
-                "orders": format_orders(orders),
-            }
-            for i in range(routers):
-                row[f"probes_per_delta_r{i}"] = (
-                    d["probes"][i] / d["deltas"][i] if d["deltas"][i] else 0.0
-                )
-            rows.append(row)
-            new = list(m.stage.recent_changes)[-d["changes"] :] if d["changes"] else []
-            if d["changes"] > len(new):
-                logging.getLogger(__name__).warning(
-                    "%s: %d order changes in one bucket, only the last %d kept",
-                    m.variant.label, d["changes"], len(new),
-                )  # fmt: skip
-            for c in new:
-                changes.append(
-                    {
-                        "t_s": (c["time_ms"] - workload.start_ms) / 1000.0,
-                        "phase": phase,
-                        "variant": m.variant.label,
-                        "pipeline": c["pipeline"],
-                        "at_delta": c["at_delta"],
-                        "from": " ".join(c["from"]),
-                        "to": " ".join(c["to"]),
-                        "reason": c["reason"],
-                    }
-                )
-            m.mark()
-        _check_same_results(rows[-len(meters) :])
-        bucket += 1
-    return Timeline(
-        rows, changes, best, entries, window_ms, bucket_ms, [p.duration_ms for p in schedule]
-    )
-
-
-def format_orders(orders: Orders) -> str:
-    """``r0:r1>r3>r2 r1:...``: each pipeline's probe order."""
-    return " ".join(f"r{i}:" + ">".join(f"r{j}" for j in o) for i, o in enumerate(orders))
-
-
-def _check_same_results(rows: Sequence[dict[str, Any]]) -> None:
-    first = rows[0]
-    for r in rows[1:]:
-        if (r["results"], r["net_size"]) != (first["results"], first["net_size"]):
-            raise RuntimeError(
-                f"bucket {r['bucket']}: {r['variant']} produced {r['results']} results "
-                f"(net size {r['net_size']}) but {first['variant']} {first['results']} "
-                f"({first['net_size']}): join orders must not change the answer"
-            )
-
-
-def summarize(tl: Timeline) -> list[dict[str, Any]]:
-    """Per variant: each phase over its steady buckets (windows full of the phase's traffic),
-    ``steady`` (the steady buckets of every phase) and ``all`` (every bucket): probes per delta
-    against the best orders' expectation, tuples/s, order changes, and when the orders last
-    became the phase's best."""
-    out: list[dict[str, Any]] = []
-    phases = sorted({r["phase"] for r in tl.rows})
-    for v in tl.variants:
-        mine = [r for r in tl.rows if r["variant"] == v.label]
-        for p in [*phases, "steady", "all"]:
-            if p == "all":
-                here = steady = mine
-            elif p == "steady":
-                here = steady = [r for r in mine if r["steady"]]
-            else:
-                here = [r for r in mine if r["phase"] == p]
-                steady = [r for r in here if r["steady"]]
-            if steady:
-                out.append(_aggregate(steady, here, p, v.label, tl))
-    return out
-
-
-def _aggregate(
-    steady: Sequence[dict[str, Any]],
-    here: Sequence[dict[str, Any]],
-    phase: int | str,
-    label: str,
-    tl: Timeline,
-) -> dict[str, Any]:
-    deltas = sum(r["deltas"] for r in steady)
-    probes = sum(r["probes"] for r in steady)
-    seconds = sum(r["deltas"] / r["tuples_per_s"] for r in steady if r["tuples_per_s"])
-    weight = [r["deltas"] for r in steady]
-    exp = float(np.average([r["expected_probes_per_delta"] for r in steady], None, weight))
-    opt = float(np.average([r["optimal_expected_probes_per_delta"] for r in steady], None, weight))
-    ppd = probes / deltas if deltas else 0.0
-    return {
-        "phase": phase,
-        "variant": label,
-        "deltas": deltas,
-        "probes_per_delta": ppd,
-        "expected_probes_per_delta": exp,
-        "optimal_expected_probes_per_delta": opt,
-        "excess_work_pct": 100.0 * (ppd / opt - 1.0) if opt else 0.0,
-        "tuples_per_s": deltas / seconds if seconds else 0.0,
-        "changes": sum(r["changes"] for r in here),
-        "best_orders_after_s": _settled(here, tl) if isinstance(phase, int) else "",
-        "final_orders": here[-1]["orders"],
-    }
-
-
-def _settled(rows: Sequence[dict[str, Any]], tl: Timeline) -> float | str:
-    """Seconds from the phase's start to the end of the first bucket from which on the orders
-    are the phase's best ('never' if the phase ends otherwise)."""
-    if not rows[-1]["at_best_orders"]:
-        return "never"
-    k = len(rows) - 1
-    while k > 0 and rows[k - 1]["at_best_orders"]:
-        k -= 1
-    phase_start = rows[0]["t_s"] - tl.bucket_ms / 1000.0
-    return rows[k]["t_s"] - phase_start
-
-
-# ---------------------------------------------------------------------------------------------
-# Plots
-# ---------------------------------------------------------------------------------------------
-
-
-def timeline_plot(
-    path: Path,
-    tl: Timeline,
-    column: str,
-    title: str,
-    ylabel: str,
-    scale_y: float = 1.0,
-    expected: bool = False,
-    smooth: int = 1,
-) -> Path:
-    """One line per variant over event time; dotted lines at phase starts, the first window
-    length of each phase shaded (windows still hold the previous phase's traffic), A-Greedy's
-    order changes as ticks on the x axis. ``smooth`` > 1: tuples/s over that many buckets
-    centred on each (deltas over time), for timings noisier than a bucket's work."""
-    fig, ax = plotting.figure(title, "event time (s)", ylabel, size=(7.5, 4.8))
-    t_end = max(r["t_s"] for r in tl.rows)
-    start = 0
-    k = 0
-    while start / 1000.0 < t_end:
-        x0 = start / 1000.0
-        ax.axvline(x0, color="grey", linestyle=":", linewidth=0.8)
-        ax.axvspan(x0, x0 + tl.window_ms / 1000.0, color="grey", alpha=0.12, linewidth=0)
-        start += tl.phase_ms[k % len(tl.phase_ms)]
-        k += 1
-    for v in tl.variants:
-        mine = [r for r in tl.rows if r["variant"] == v.label]
-        xs = [r["t_s"] for r in mine]
-        ys = [r[column] * scale_y for r in mine]
-        if smooth > 1:
-            ys = [y * scale_y for y in _rolling_rate(mine, smooth)]
-        ax.plot(xs, ys, label=v.label, linewidth=0.9, **_style(v.label, markers=False))
-    if expected:
-        mine = [r for r in tl.rows if r["variant"] == tl.variants[0].label]
-        ax.plot(
-            [r["t_s"] for r in mine],
-            [r["optimal_expected_probes_per_delta"] for r in mine],
-            label="best orders, expected",
-            color="grey",
-            linewidth=2.5,
-            alpha=0.5,
-            drawstyle="steps-pre",
-        )
-    ticks = [c["t_s"] for c in tl.changes if c["variant"] == "A-Greedy"]
-    if ticks:
-        ax.plot(
-            ticks,
-            [0.0] * len(ticks),
-            "|",
-            color=STYLE["A-Greedy"]["color"],
-            markersize=10,
-            transform=ax.get_xaxis_transform(),
-            clip_on=False,
-            label="A-Greedy order change",
-        )
-    ax.set_xlim(0, t_end)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3)
-    return plotting.save(fig, path)
-
-
-def _rolling_rate(rows: Sequence[dict[str, Any]], k: int) -> list[float]:
-    """Deltas per second over the ``k`` buckets centred on each bucket (fewer at the ends)."""
-    deltas = np.array([r["deltas"] for r in rows], np.float64)
-    rates = np.array([r["tuples_per_s"] for r in rows], np.float64)
-    seconds = np.divide(deltas, rates, out=np.zeros_like(deltas), where=rates > 0)
-    out = []
-    for i in range(len(rows)):
-        lo, hi = max(0, i - k // 2), min(len(rows), i + k // 2 + 1)
-        t = seconds[lo:hi].sum()
-        out.append(float(deltas[lo:hi].sum() / t) if t > 0 else 0.0)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Experiments
-# ---------------------------------------------------------------------------------------------
-
-
-def _scaled_ms(ms: int, scale: float) -> int:
-    return max(1, round(ms * scale))
 
 
 def mjoin_adaptivity(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
@@ -559,7 +73,7 @@ def mjoin_adaptivity(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]
     every phase (default_phases: router i takes the role of router i-1), and A-Greedy, the
     default and the phase-0 best orders and the per-phase optimum process the same deltas."""
     warm_up()
-    bucket_ms = _scaled_ms(BUCKET_MS, scale)  # phases and windows: whole buckets
+    bucket_ms = scaled_ms(BUCKET_MS, scale)  # phases and windows: whole buckets
     window_ms = bucket_ms * (WINDOW_MS // BUCKET_MS)
     phase_ms = bucket_ms * (PHASE_MS // BUCKET_MS)
     workload = NetworkWorkload(
@@ -690,7 +204,7 @@ def mjoin_overlap_sweep(
     adapting saves, and what it costs, as the change between phases grows from none to
     Example 1's rotation. Steady buckets of every phase."""
     warm_up()
-    bucket_ms = _scaled_ms(BUCKET_MS, scale)
+    bucket_ms = scaled_ms(BUCKET_MS, scale)
     window_ms = bucket_ms * (WINDOW_MS // BUCKET_MS)
     phase_ms = bucket_ms * (PHASE_MS // BUCKET_MS)
     rows: list[dict[str, Any]] = []
@@ -751,30 +265,26 @@ def _sweep_plot(
 ) -> Path:
     fig, ax = plotting.figure(title, "overlap strength s (share of rotating traffic)", ylabel)
     for label, ys in series.items():
-        ax.plot(xs, ys, label=label, markersize=5, linewidth=1.0, **_style(label, markers=True))
+        ax.plot(xs, ys, label=label, markersize=5, linewidth=1.0, **style_of(label, markers=True))
     ax.legend(fontsize=7)
     return plotting.save(fig, path)
 
 
-Experiment = Callable[[Path, float, int], list[Path]]
+__all__ = [
+    "SUMMARY_COLUMNS",
+    "SWEEP_COLUMNS",
+    "TIMELINE_COLUMNS",
+    "_check_same_results",
+    "blended_phases",
+    "default_orders",
+    "expected_probes",
+    "mjoin_overlap_sweep",
+    "run_experiment",
+]
 
 EXPERIMENTS: dict[str, Experiment] = {
     "mjoin_adaptivity": mjoin_adaptivity,
     "mjoin_overlap_sweep": mjoin_overlap_sweep,
 }
 
-
-def run_experiment(name: str, out_dir: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
-    """Run one join experiment by name; returns the files written (CSVs first, then PNGs)."""
-    if name not in EXPERIMENTS:
-        raise ValueError(f"unknown experiment {name!r}; choose one of {sorted(EXPERIMENTS)}")
-    if not scale > 0:
-        raise ValueError(f"scale must be positive, got {scale}")
-    # the stage logs every order change at INFO
-    stage_log = logging.getLogger("processors.stages.mjoin_stage")
-    level = stage_log.level
-    stage_log.setLevel(logging.WARNING)
-    try:
-        return EXPERIMENTS[name](Path(out_dir), scale, seed)
-    finally:
-        stage_log.setLevel(level)
+run_experiment = runner(EXPERIMENTS)

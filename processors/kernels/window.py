@@ -17,12 +17,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-_MIX = np.uint64(0xFF51AFD7ED558CCD)
-_S33 = np.uint64(33)
-
-
 # -- admission ----------------------------------------------------------------------------------
 IN_ORDER, BOUNDED, LATE_POSSIBLE = 0, 1, 2
 
@@ -268,34 +262,3 @@ def partition_events(
         count[g] += 1
         m = _emit(m, p, 1, t, out_slot, out_sign, out_ts)
     return m
-
-
-# -- partition keys -----------------------------------------------------------------------------
-@njit(cache=True)
-def hash_var(offsets: np.ndarray, data: np.ndarray, out: np.ndarray) -> None:
-    """A 64-bit hash of each variable-length value (FNV-1a, then a murmur finalizer so that
-    short keys spread over all bits), to group string/bytes keys with numpy's unique."""
-    for i in range(offsets.shape[0] - 1):
-        h = _FNV_OFFSET
-        for k in range(offsets[i], offsets[i + 1]):
-            h = (h ^ np.uint64(data[k])) * _FNV_PRIME
-        h ^= h >> _S33
-        h *= _MIX
-        h ^= h >> _S33
-        out[i] = h
-
-
-@njit(cache=True)
-def var_equal_to(offsets: np.ndarray, data: np.ndarray, rep: np.ndarray) -> bool:
-    """Whether every value i equals value ``rep[i]``: verifies that equal hashes were equal
-    keys (a collision sends the caller to its exact, slower path)."""
-    for i in range(offsets.shape[0] - 1):
-        r = rep[i]
-        a, b = offsets[i], offsets[r]
-        n = offsets[i + 1] - a
-        if offsets[r + 1] - b != n:
-            return False
-        for k in range(n):
-            if data[a + k] != data[b + k]:
-                return False
-    return True

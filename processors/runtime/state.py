@@ -1,27 +1,29 @@
 """Stage state that survives a restart or a partition moving: snapshots on a compacted topic.
 
-A stateful agent (window, MJoin, aggregate) keeps one stage object per partition. Before the
-consumer commits offsets, every partition whose state changed is pickled and written to the
+A stateful agent (window, MJoin, aggregate) keeps one stage chain per partition. Before the
+consumer commits offsets, every partition whose state changed is snapshotted and written to the
 query's state topic together with the input positions it reflects (``topic -> next offset``);
 the commit happens only after those writes are acknowledged. So the committed offsets never run
-ahead of a snapshot. A worker that takes a partition over reads its latest snapshot, restores
-the stage, and skips the input records the snapshot already covers: after a graceful stop the
-results continue exactly; after a crash, records after the last snapshot are processed again
-and their results repeat (at-least-once), none are lost.
+ahead of a snapshot. A worker that takes a partition over reads its latest snapshot, loads it
+into a freshly built chain, and skips the input records the snapshot already covers: after a
+graceful stop the results continue exactly; after a crash, records after the last snapshot are
+processed again and their results repeat (at-least-once), none are lost.
 
 Records: ``<agent>/<partition>`` holds a small JSON header (positions, number of chunks, an
-epoch); ``<agent>/<partition>/<epoch>/<i>`` the chunks of the pickle, so that a large window
-fits the broker's message size. The topic is compacted: only the latest header and chunks of
-each key stay. Pickle is used because the state is our own objects on our own internal topic;
-anyone able to write that topic can already change results.
+epoch); ``<agent>/<partition>/<epoch>/<i>`` the chunks of the snapshot bytes, so that a large
+window fits the broker's message size. The topic is compacted: only the latest header and chunks
+of each key stay. The bytes are the data-only format of :mod:`processors.core.state_codec`,
+never pickle: anyone able to write the topic can change results, but not run code in a worker.
+A snapshot that does not decode raises :class:`StateRestoreError` naming the record; the worker
+stops on it unless told to start such partitions empty (``streamon worker --reset-state``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import pickle
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from processors.runtime.producer import RecordProducer
@@ -30,6 +32,32 @@ from topics.admin import read_topic
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 512 * 1024
+#: most chunks a header may announce (a 512 MiB snapshot): more is not a header of ours
+MAX_CHUNKS = 1024
+
+
+class StateRestoreError(RuntimeError):
+    """A stored snapshot that cannot be restored; names the record and the reason."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: str, reason: str) -> None:
+        super().__init__(
+            f"state snapshot {key!r} at {topic}[{partition}]@{offset} cannot be restored: {reason}"
+        )
+        self.topic, self.partition, self.offset, self.key = topic, partition, offset, key
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class StoredSnapshot:
+    """A snapshot read back: the input positions it reflects and the stage chain's bytes;
+    ``where`` names its header record for error messages."""
+
+    positions: dict[str, int]
+    data: bytes
+    where: tuple[str, int, int, str]  # topic, partition, offset, key
+
+    def error(self, reason: str) -> StateRestoreError:
+        return StateRestoreError(*self.where, reason)
 
 
 def _header_key(agent: str, partition: int) -> str:
@@ -47,38 +75,61 @@ class StateSnapshots:
         self.saved_bytes = 0
         self.loaded = 0
 
-    def save(self, agent: str, partition: int, positions: dict[str, int], state: Any) -> int:
+    def save(self, agent: str, partition: int, positions: dict[str, int], data: bytes) -> int:
         """Queue one snapshot (flush the producer to make it durable); returns its size."""
-        payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         epoch = time.time_ns()
-        chunks = [payload[i : i + CHUNK_BYTES] for i in range(0, len(payload), CHUNK_BYTES)]
+        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)]
         base = _header_key(agent, partition)
         for i, chunk in enumerate(chunks or [b""]):
             self.producer.produce(self.topic, chunk, key=f"{base}/{epoch}/{i}".encode())
         header = {"positions": positions, "chunks": max(len(chunks), 1), "epoch": epoch}
         self.producer.produce(self.topic, json.dumps(header).encode(), key=base.encode())
         self.saved += 1
-        self.saved_bytes += len(payload)
-        return len(payload)
+        self.saved_bytes += len(data)
+        return len(data)
 
-    def load(self, agent: str, partition: int) -> tuple[dict[str, int], Any] | None:
-        """The latest snapshot of ``agent``'s ``partition``: (positions, state), or None."""
+    def load(self, agent: str, partition: int) -> StoredSnapshot | None:
+        """The latest snapshot of ``agent``'s ``partition``, or None if it has none.
+        :class:`StateRestoreError` if its header or chunks are not what this worker writes."""
         base = _header_key(agent, partition)
-        header: dict[str, Any] | None = None
+        header = None
         chunks: dict[str, bytes] = {}
         for record in read_topic(self.bootstrap, self.topic):
-            key = (record.key or b"").decode()
+            try:
+                key = (record.key or b"").decode()
+            except UnicodeDecodeError:
+                continue  # not a key of ours: it names no agent
             if key == base:
-                header = json.loads(record.value or b"{}")
+                header = record
             elif key.startswith(base + "/"):
                 chunks[key] = record.value or b""
         if header is None:
             return None
-        epoch, n = header["epoch"], header["chunks"]
+        where = (self.topic, header.partition, header.offset, base)
+        positions, n, epoch = _parse_header(header.value, StoredSnapshot({}, b"", where))
         parts = [chunks.get(f"{base}/{epoch}/{i}") for i in range(n)]
-        if any(p is None for p in parts):
-            raise RuntimeError(f"state snapshot {base} (epoch {epoch}) is missing chunks")
+        missing = [i for i, p in enumerate(parts) if p is None]
+        if missing:
+            raise StateRestoreError(*where, f"chunks {missing} of {n} (epoch {epoch}) are missing")
         self.loaded += 1
-        state = pickle.loads(b"".join(parts))  # noqa: S301 (our own internal topic, see above)
-        positions = {str(k): int(v) for k, v in header["positions"].items()}
-        return positions, state
+        return StoredSnapshot(positions, b"".join(p for p in parts if p is not None), where)
+
+
+def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, int], int, int]:
+    """(positions, chunks, epoch) of a header record, checked field by field."""
+    try:
+        header: Any = json.loads(value or b"")
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise at.error(f"header is not JSON ({exc})") from exc
+    if not isinstance(header, dict):
+        raise at.error("header is not a JSON object")
+    positions, n, epoch = header.get("positions"), header.get("chunks"), header.get("epoch")
+    if not isinstance(positions, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in positions.items()
+    ):
+        raise at.error(f"header positions {positions!r} are not topic -> offset")
+    if not isinstance(n, int) or not 1 <= n <= MAX_CHUNKS:
+        raise at.error(f"header announces {n!r} chunks (1..{MAX_CHUNKS})")
+    if not isinstance(epoch, int):
+        raise at.error(f"header epoch {epoch!r} is not an integer")
+    return positions, n, epoch

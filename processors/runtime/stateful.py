@@ -1,9 +1,10 @@
 """Stateful stage agents: windows, MJoins and aggregates over bulk envelope topics.
 
 One agent reads one or more internal envelope topics (an MJoin reads one per input stream, all
-co-partitioned) and keeps one *chain* of stages per partition (:class:`StageChain`). Its state
-is snapshotted before every offset commit and restored when a partition comes back
-(:mod:`processors.runtime.state`), so results stay the same across restarts and rebalances.
+co-partitioned) and keeps one chain of stages per partition
+(:class:`processors.physical.chain.StageChain`). Its state is snapshotted before every offset
+commit and restored when a partition comes back (:mod:`processors.runtime.partitions`,
+:mod:`processors.runtime.state`), so results stay the same across restarts and rebalances.
 
 Unlike stateless stages, a failing ``push`` cannot be retried record by record: half of it may
 have changed the state. So a batch the chain refuses as data (``ValueError``: a bad column, time
@@ -16,36 +17,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from processors.core.batch import Batch
-from processors.runtime.agents import AgentContext, _block_dead_letter, arrival_s, fatal
+from processors.physical.chain import StageChain
+from processors.runtime.context import AgentContext, arrival_s, block_dead_letter, fatal
 from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.partitions import Held, PartitionUnits
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stats import AgentStats
 from topics.envelope import decode_batch, encode_envelopes
 
 log = logging.getLogger(__name__)
-
-
-class StageChain(Protocol):
-    """The stages one partition of a stateful agent runs."""
-
-    def push(self, stream: str, batch: Batch) -> list[Batch]: ...
-
-    def take_dead_letters(self) -> list[tuple[Batch, str]]: ...
-
-    def stats(self) -> dict[str, Any]: ...
-
-
-class _Partition:
-    """A chain with the input positions its state reflects."""
-
-    def __init__(self, chain: StageChain, positions: dict[str, int]) -> None:
-        self.chain = chain
-        self.positions = dict(positions)
-        self.restored_from = dict(positions)  # skip input the snapshot already covers
-        self.dirty = False
 
 
 def add_stateful_agent(
@@ -57,30 +40,15 @@ def add_stateful_agent(
     out_partitions: int,
     make_chain: Callable[[int], StageChain],
     snapshots: StateSnapshots,
+    reset_state: bool = False,
 ) -> AgentStats:
-    """``in_topics`` maps each input topic to the stream its batches belong to."""
-    parts: dict[int, _Partition] = {}
-
-    def plan() -> dict[str, Any]:
-        return {str(p): part.chain.stats() for p, part in sorted(parts.items())}
-
-    stats = ctx.board.agent(name, name, plan=plan)
+    """``in_topics`` maps each input topic to the stream its batches belong to. With
+    ``reset_state``, a partition whose snapshot cannot be restored starts empty (logged)
+    instead of stopping the worker."""
+    units = PartitionUnits(name, in_topics, make_chain, snapshots, reset_state)
+    stats = ctx.board.agent(name, name, plan=units.plan)
     stats.topic = next(iter(in_topics))
     stats.out_topic = out_topic
-    changes_seen: dict[int, int] = {}
-
-    def partition_of(p: int) -> _Partition:
-        part = parts.get(p)
-        if part is None:
-            loaded = snapshots.load(name, p)
-            if loaded is None:
-                part = _Partition(make_chain(p), {})
-            else:
-                positions, chain = loaded
-                part = _Partition(chain, positions)
-                log.info("%s[%d]: state restored at positions %s", name, p, positions)
-            parts[p] = part
-        return part
 
     def emit(outputs: list[Batch], partition: int, arrival_ms: int | None) -> tuple[int, int]:
         target = partition if out_partitions > 1 else 0
@@ -90,8 +58,8 @@ def add_stateful_agent(
                 written += ctx.send_envelopes(name, out_topic, output, target, arrival_ms)
         return sum(len(o) for o in outputs), written
 
-    def stage_dead_letters(part: _Partition, block: RecordBlock) -> None:
-        for batch, reason in part.chain.take_dead_letters():
+    def stage_dead_letters(part: Held, block: RecordBlock) -> None:
+        for batch, reason in part.unit.take_dead_letters():
             for payload in encode_envelopes(batch):
                 ctx.dead_letters.send(
                     source_topic=block.topic, partition=block.partition,
@@ -99,9 +67,7 @@ def add_stateful_agent(
                 )  # fmt: skip
                 stats.dead_letters += 1
 
-    def push_some(
-        part: _Partition, block: RecordBlock, start: int, start_at: int, limit: int
-    ) -> int:
+    def push_some(part: Held, block: RecordBlock, start: int, start_at: int, limit: int) -> int:
         """Push envelopes from ``start`` on until a turn's worth (``limit``) of tuples; returns
         where it stopped. Counts what it did in the agent's statistics. Envelopes are not cut:
         a window or join state changes a whole envelope at a time."""
@@ -119,15 +85,15 @@ def add_stateful_agent(
             try:
                 batch = decode_batch(value or b"")
             except Exception as exc:
-                _block_dead_letter(ctx, name, block, index - 1, f"bad batch envelope: {exc}")
+                block_dead_letter(ctx, name, block, index - 1, f"bad batch envelope: {exc}")
                 stats.dead_letters += 1
                 continue
             try:
-                outputs = part.chain.push(stream, batch)
+                outputs = part.unit.push(stream, batch)
             except ValueError as exc:  # refused as data, state untouched
                 log.warning("%s: %s[%d]@%d refused: %s", name, block.topic,
                             block.partition, offset, exc)  # fmt: skip
-                _block_dead_letter(ctx, name, block, index - 1, f"stage {name}: {exc}")
+                block_dead_letter(ctx, name, block, index - 1, f"stage {name}: {exc}")
                 stats.dead_letters += 1
                 continue
             except Exception as exc:  # a bug: the state may be half changed
@@ -147,7 +113,7 @@ def add_stateful_agent(
         async for block in blocks:
             if not isinstance(block, RecordBlock):
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            part = partition_of(block.partition)
+            part = units.get(block.partition)
             start_at = part.restored_from.get(block.topic, 0)
             estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
             index = 0
@@ -156,46 +122,13 @@ def add_stateful_agent(
                 limit = ctx.turn_tuples(stats)
                 queued = min(estimate * (len(block) - index), limit)
                 async with ctx.arbiter.turn(name, arrival_s(arrival), queued):
-                    if parts.get(block.partition) is not part:
+                    if units.held.get(block.partition) is not part:
                         break  # revoked while waiting: its new owner redoes the rest
                     index = push_some(part, block, index, start_at, limit)
             stage_dead_letters(part, block)
 
-    async def snapshot() -> None:
-        """Before offsets commit: every changed partition's state, durable."""
-        wrote = False
-        for p, part in sorted(parts.items()):
-            if part.dirty:
-                snapshots.save(name, p, part.positions, part.chain)
-                part.dirty = False
-                wrote = True
-        if wrote:
-            await ctx.flush()
-
-    async def on_revoked(sender: Any, revoked: Any, **_: Any) -> None:
-        """A partition may move to another worker: save it, then forget it."""
-        mine = {tp.partition for tp in revoked if tp.topic in in_topics}
-        await snapshot()
-        for p in mine:
-            parts.pop(p, None)
-
-    def events() -> list[dict[str, Any]]:
-        new_events: list[dict[str, Any]] = []
-        for p, part in sorted(parts.items()):
-            for stage_stats in part.chain.stats().values():
-                total, recent = stage_stats.get("changes_total"), stage_stats.get("recent_changes")
-                if not isinstance(total, int) or not isinstance(recent, list):
-                    continue
-                key = hash((p, stage_stats.get("kind"), str(stage_stats.get("inputs"))))
-                fresh = total - changes_seen.get(key, 0)
-                changes_seen[key] = total
-                if fresh > 0:
-                    new_events.extend({"partition": p, **c} for c in recent[-fresh:])
-        return new_events
-
-    ctx.app.flush_hooks.append(snapshot)
-    ctx.app.on_partitions_revoked.connect(on_revoked)
+    units.connect(ctx.app, ctx.flush)
     source = ctx.app.topic(*in_topics, value_serializer="raw", key_serializer="raw")
     ctx.app.agent(source, name=name)(run)
-    stats.new_events = events
+    stats.new_events = units.events
     return stats

@@ -24,14 +24,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from processors.core.batch import DELETE, INSERT, Batch, Column, VarColumn
+from processors.core.plan import AGGREGATE_FUNCS, AggregateFunc
+from processors.core.state_codec import SnapshotError, decode_state, expect
 from processors.kernels import aggregate as kern
+from processors.kernels.keys import key_codes
+from processors.stages.base import StageBase
 
-FUNCS = ("count", "sum", "avg", "min", "max")
+FUNCS = AGGREGATE_FUNCS  # the one list, shared with the query builder
 SNAPSHOT_VERSION = 1
 _NAN = float("nan")  # the one NaN object in dict keys, so that a NaN key finds itself
 
@@ -40,7 +44,7 @@ _NAN = float("nan")  # the one NaN object in dict keys, so that a NaN key finds 
 class Aggregate:
     """One output column: ``func`` over ``column`` (None only for count(*)), named ``name``."""
 
-    func: Literal["count", "sum", "avg", "min", "max"]
+    func: AggregateFunc
     column: str | None
     name: str
 
@@ -113,36 +117,6 @@ def _py_key(value: object) -> object:
     return _NAN if isinstance(value, float) and math.isnan(value) else value
 
 
-def _column_codes(col: Column) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes of a column's values (equal values, equal codes) and a row of each code."""
-    if not isinstance(col, VarColumn):
-        _, reps, codes = np.unique(col, return_index=True, return_inverse=True)
-        return codes.reshape(-1), reps
-    hashes = kern.hash_var(col.offsets, col.data)
-    _, reps, codes = np.unique(hashes, return_index=True, return_inverse=True)
-    codes = codes.reshape(-1)
-    if kern.same_as_representative(col.offsets, col.data, codes, reps):
-        return codes, reps
-    seen: dict[object, int] = {}  # a 64-bit hash collision: code the values exactly instead
-    exact = np.array([seen.setdefault(v, len(seen)) for v in col.to_list()], np.int64)
-    _, reps, codes = np.unique(exact, return_index=True, return_inverse=True)
-    return codes.reshape(-1), reps
-
-
-def _composite_codes(cols: Sequence[Column], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes of the rows' key tuples, and the first row of each code."""
-    if not cols:
-        return np.zeros(n, np.int64), np.zeros(1 if n else 0, np.int64)
-    codes, reps = _column_codes(cols[0])
-    for col in cols[1:]:
-        more, _ = _column_codes(col)
-        _, reps, codes = np.unique(
-            codes * (int(more.max()) + 1) + more, return_index=True, return_inverse=True
-        )
-        codes = codes.reshape(-1)
-    return codes, reps
-
-
 def _python_values(col: Column, rows: np.ndarray) -> list[object]:
     if isinstance(col, VarColumn):
         return col.take(rows).to_list()
@@ -185,7 +159,7 @@ class _DictKeys:
         self.key_of: dict[int, tuple] = {}
 
     def gids(self, cols: list[Column], n: int, groups: kern.GroupState) -> np.ndarray:
-        codes, reps = _composite_codes(cols, n)
+        codes, reps = key_codes(cols, n)
         groups.reserve(len(reps))
         per_col = [_python_values(col, reps) for col in cols]
         keys = list(zip(*per_col, strict=True)) if cols else [()] * len(reps)
@@ -212,7 +186,7 @@ class _DictKeys:
         return np.array([self._gid(tuple(_py_key(v) for v in k), groups) for k in keys], np.int64)
 
 
-class AggregateStage:
+class AggregateStage(StageBase):
     """GROUP BY ``group_by`` computing ``aggregates`` over a signed stream (module docstring)."""
 
     def __init__(
@@ -420,9 +394,12 @@ class AggregateStage:
 
     # -- snapshot / restore -----------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        """The stage's state (picklable: Python values and numpy arrays). Dead letters not yet
-        taken are output, not state, and are not included."""
+    kind = "aggregate"
+    SNAPSHOT_VERSION = SNAPSHOT_VERSION
+
+    def state(self) -> dict[str, Any]:
+        """The stage's state tree (Python values and numpy arrays), which :meth:`snapshot`
+        encodes. Dead letters not yet taken are output, not state, and are not included."""
         g, r = self._groups, self._rows
         gids = self._live_gids()
         place = np.full(g.bump, -1, np.int64)
@@ -456,19 +433,25 @@ class AggregateStage:
         cls,
         group_by: Sequence[str],
         aggregates: Sequence[Aggregate],
-        state: dict[str, Any],
+        state: dict[str, Any] | bytes,
         name: str = "aggregate",
     ) -> AggregateStage:
-        """A stage that continues exactly where the one that took ``state`` stood."""
+        """A stage that continues exactly where the one that took ``state`` (a
+        :meth:`snapshot`, or its decoded tree) stood."""
         stage = cls(group_by, aggregates, name)
+        if isinstance(state, bytes | bytearray | memoryview):
+            state = decode_state(state)
+            expect(state, cls.kind, SNAPSHOT_VERSION, name)
         if state.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"{name}: unknown snapshot version {state.get('version')!r}")
+            raise SnapshotError(f"{name}: unknown snapshot version {state.get('version')!r}")
         config = [(a.func, a.column, a.name) for a in stage.aggregates]
         if (
             list(state["group_by"]) != list(stage.group_by)
             or [tuple(a) for a in state["aggregates"]] != config
         ):
-            raise ValueError(f"{name}: snapshot was taken with another group_by or aggregates")
+            raise SnapshotError(
+                f"{name}: snapshot was taken with another group_by or aggregates"
+            )
         if state["schema"] is not None:
             stage._bind(state["schema"])
             stage._load(state)
@@ -478,6 +461,10 @@ class AggregateStage:
         stage._rows_out = int(counters["rows_out"])
         stage._dead_count = int(counters["dead_letters"])
         return stage
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        restored = type(self).restore(self.group_by, self.aggregates, state, self.name)
+        self.__dict__.update(restored.__dict__)
 
     def _load(self, state: dict[str, Any]) -> None:
         g = self._groups

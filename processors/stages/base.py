@@ -3,13 +3,20 @@
 The runtime feeds a stage the batches of one input partition in order and forwards what it
 returns; a stage keeps whatever state it needs per instance (one instance per partition), so the
 same object runs unchanged in process (tests, benchmarks) and inside a Faust agent.
+
+Every stage kind implements the whole protocol (:class:`Stage`); :class:`StageBase` gives the
+defaults of a stage without state. Snapshots are bytes in the format of
+:mod:`processors.core.state_codec` (data only, never pickle): a stage's ``snapshot()`` taken at
+any point and loaded into a freshly built stage of the same configuration continues exactly
+where the original stood (``docs/architecture.md``, "The stage protocol").
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from processors.core.batch import Batch
+from processors.core.state_codec import decode_state, encode_state, expect
 
 
 class Stage(Protocol):
@@ -21,13 +28,63 @@ class Stage(Protocol):
         """Consume one input batch; return the output batches it produces (maybe none)."""
         ...
 
+    def flush(self) -> list[Batch]:
+        """End of input: whatever the stage still holds back (a lateness buffer, a join's
+        pending deltas)."""
+        ...
+
+    def take_dead_letters(self) -> list[tuple[Batch, str]]:
+        """Input the stage refused since the last call, with the reason (then forgotten)."""
+        ...
+
     def stats(self) -> dict[str, Any]:
         """Stage-specific statistics and the current plan (JSON-able), for stats and status."""
         ...
 
+    def snapshot(self) -> bytes:
+        """The stage's state as snapshot bytes (:mod:`processors.core.state_codec`)."""
+        ...
 
-class PassThroughStage:
+    def load_snapshot(self, data: bytes) -> None:
+        """Continue from ``data`` (a :meth:`snapshot` of a stage of the same configuration);
+        :class:`~processors.core.state_codec.SnapshotError` if it is not one."""
+        ...
+
+
+class StageBase:
+    """Defaults for a stage without state: nothing held back, nothing refused, and a snapshot
+    that records only the kind (so that loading one of another kind is still caught)."""
+
+    kind: ClassVar[str] = "stage"
+    SNAPSHOT_VERSION: ClassVar[int] = 1
+    name: str
+
+    def flush(self) -> list[Batch]:
+        return []
+
+    def take_dead_letters(self) -> list[tuple[Batch, str]]:
+        return []
+
+    def state(self) -> dict[str, Any]:
+        """The state tree :meth:`snapshot` encodes (stateful stages extend it)."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Put a decoded state tree back (stateful stages override it)."""
+
+    def snapshot(self) -> bytes:
+        return encode_state({"kind": self.kind, "version": self.SNAPSHOT_VERSION, **self.state()})
+
+    def load_snapshot(self, data: bytes) -> None:
+        tree = decode_state(data)
+        expect(tree, self.kind, self.SNAPSHOT_VERSION, self.name)
+        self.load_state(tree)
+
+
+class PassThroughStage(StageBase):
     """Forwards every batch unchanged: the simplest stage, and the baseline of the benchmarks."""
+
+    kind = "passthrough"
 
     def __init__(self, name: str = "passthrough") -> None:
         self.name = name

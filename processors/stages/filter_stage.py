@@ -5,7 +5,7 @@ filter sees only the rows every earlier filter passed); the profiler samples dro
 with probability p and evaluates the filters its algorithm needs on them; the re-optimizer
 absorbs those profile tuples and may change the order for the next batch. Every order change
 is counted and kept in ``stats()`` (and logged: the first at once, then at most one line per
-LOG_EVERY_S), with a run-time breakdown like Table 2.
+LOG_EVERY_S; see :mod:`processors.stages.plan_changes`), with a run-time breakdown like Table 2.
 
 Filters that all probe hash indexes (Section 9's) run the whole batch, profiling and
 A-Greedy's re-optimization in one kernel call (``kernels.profile_view``), which times its parts
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,17 +27,18 @@ from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import InIndex, Predicate, plan_predicates
-from processors.kernels.profile_view import (
-    DIAGONAL_AND_COLUMN,
-    TWO_DIAGONALS,
-    finish_profiles,
-    mark_dropped,
-    ns_per_cycle,
-    profile_step,
+from processors.kernels.index_filters import (
+    IndexFilters,
+    MainPass,
+    Sampling,
     run_index_filters,
     run_index_filters_absorbing,
-    sample_rows,
 )
+from processors.kernels.intrinsics import ns_per_cycle
+from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
+from processors.kernels.profiling import finish_profiles, mark_dropped, profile_step, sample_rows
+from processors.stages.base import StageBase
+from processors.stages.plan_changes import PlanChanges
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,6 @@ BREAKDOWN = (
     "view_update",
     "violations",
 )
-RECENT_CHANGES = 20
-LOG_EVERY_S = 10.0  # order changes logged at INFO at most this often (all at DEBUG)
 PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
 COST_SAMPLE_EVERY = 4  # time the filters on every 4th batch: a_i drifts slowly, clocks cost
 
@@ -73,9 +71,12 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class FilterStage:
+class FilterStage(StageBase):
     """Filters batches through adaptively ordered commutative filters; output keeps row order,
-    so it is the same whatever order the filters run in."""
+    so it is the same whatever order the filters run in. Its snapshot keeps only its kind: the
+    filter order is re-learned from the data after a restore, which changes no result."""
+
+    kind = "filter"
 
     def __init__(
         self,
@@ -133,11 +134,8 @@ class FilterStage:
         self.ns = dict.fromkeys(BREAKDOWN, 0)
         self._cost_ns = 0  # time spent on a_i estimates during the current main pass
         self._reopt_ns = 0  # re-optimizer work inside the current main pass's kernel call
-        self.changes_total = 0
-        self._logged_at = -LOG_EVERY_S  # monotonic time of the last change logged at INFO
-        self._unlogged = 0
-        # (at tuple, time ms, change) of the last changes; stats() names the filters
-        self.recent_changes: deque[tuple[int, int, OrderChange]] = deque(maxlen=RECENT_CHANGES)
+        # order changes: counted, the latest kept for stats(), logged sparingly
+        self.plan_changes = PlanChanges(name, "filter order", log)
 
     @classmethod
     def from_plan(
@@ -318,7 +316,7 @@ class FilterStage:
         self, cols: tuple[np.ndarray, ...], size: int, measure: bool, profiling: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         """The main pass of index-probe filters, and their drop profiling, in one kernel call
-        (``kernels.profile_view.run_index_filters``). The kernel counts the cycles of each
+        (``kernels.index_filters.run_index_filters``). The kernel counts the cycles of each
         filter's selection (for a_i) and of the profiling (charged to profile-tuple creation,
         not to tuple processing)."""
         reopt = self.reoptimizer
@@ -331,11 +329,16 @@ class FilterStage:
         cyc[:] = 0
         reopt_part = self.reoptimizer.profiles and profiling
         head = (
-            cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
-            tuple(ix.zero_slot for ix in indexes), self._probes, reopt.order, sels, size,
-            counts, evals, cyc, self.config.p if profiling else 0.0, PROFILE_RUN,
-            self._rng_state, self._samples, self._dropped_at, self._bits, self._codes, reopt.mode,
-            reopt.column, self.profile_evaluations, self.profile_repeats, self._hits, ticks,
+            IndexFilters(
+                cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
+                tuple(ix.zero_slot for ix in indexes), self._probes,
+            ),
+            MainPass(reopt.order, sels, size, counts, evals, cyc, self._hits, ticks),
+            Sampling(
+                self.config.p if profiling else 0.0, PROFILE_RUN, self._rng_state, self._samples,
+                self._dropped_at, self._bits, self._codes, reopt.mode, reopt.column,
+                self.profile_evaluations, self.profile_repeats,
+            ),
         )  # fmt: skip
         scale = self._ns_per_cycle
         if reopt_part:  # the samples go to the re-optimizer in the same call
@@ -383,43 +386,16 @@ class FilterStage:
             self._report(change)
 
     def _report(self, change: OrderChange) -> None:
-        """Count and keep the change (formatted with filter names when stats() asks), and
-        log it."""
-        self.changes_total += 1
-        self.recent_changes.append((self.tuples_in, self.clock_ms(), change))
-        # every change is in stats(); the log gets the first and then at most one line per
-        # LOG_EVERY_S (a stage near a tie can reorder every batch: a line each would flood
-        # the log and, on a fast stage, cost more than the re-optimization itself)
-        now = time.monotonic()
-        if now - self._logged_at < LOG_EVERY_S:
-            self._unlogged += 1
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "%s: filter order changed after %d tuples (%s): %s -> %s",
-                    self.name, self.tuples_in, change.reason, self._names(change.before),
-                    self._names(change.after),
-                )  # fmt: skip
-            return
-        log.info(
-            "%s: filter order changed after %d tuples (%s): %s -> %s%s",
-            self.name, self.tuples_in, change.reason, self._names(change.before),
-            self._names(change.after),
-            f" ({self._unlogged} more changes since the last line)" if self._unlogged else "",
+        """Count, keep (formatted with filter names when stats() asks) and log the change."""
+        self.plan_changes.record(
+            change, [p.name for p in self.predicates], self.clock_ms(), self.tuples_in,
+            "tuples", {"at_tuple": self.tuples_in},
         )  # fmt: skip
-        self._logged_at, self._unlogged = now, 0
 
-    def _names(self, order: tuple[int, ...]) -> list[str]:
-        return [self.predicates[f].name for f in order]
-
-    def _change_entry(self, at_tuple: int, time_ms: int, change: OrderChange) -> dict[str, Any]:
-        return {
-            "at_tuple": at_tuple,
-            "time_ms": time_ms,
-            "from": self._names(change.before),
-            "to": self._names(change.after),
-            "position": change.position,
-            "reason": change.reason,
-        }
+    @property
+    def changes_total(self) -> int:
+        """Order changes since the stage started."""
+        return self.plan_changes.total
 
     # -- reporting --------------------------------------------------------------------------
     def breakdown(self) -> dict[str, float]:
@@ -447,7 +423,7 @@ class FilterStage:
             "ordering": self.config.to_json(),
             "order": self.order_names,
             "changes_total": self.changes_total,
-            "recent_changes": [self._change_entry(*c) for c in self.recent_changes],
+            "recent_changes": self.plan_changes.entries(),
             "tuples_in": self.tuples_in,
             "tuples_out": self.tuples_out,
             "batches": self.batches,

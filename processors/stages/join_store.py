@@ -9,6 +9,8 @@ compacted when dead bytes outweigh live ones.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from processors.core.batch import ROW_ID, Batch, Column, VarColumn
@@ -223,3 +225,90 @@ class WindowStore:
                 col.data.nbytes + col.start.nbytes * 2 if isinstance(col, VarArena) else col.nbytes
             )
         return total
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+
+def encode_column(col: Column) -> Any:
+    """A column as a snapshot state tree: an array, or a dict of the parts of strings/bytes."""
+    if isinstance(col, VarColumn):
+        base = int(col.offsets[0]) if len(col.offsets) else 0
+        offsets = np.asarray(col.offsets, np.int64) - base
+        data = np.asarray(col.data[base : base + int(offsets[-1])] if len(offsets) else col.data)
+        return {"offsets": offsets, "data": data.astype(np.uint8), "utf8": bool(col.utf8)}
+    return np.array(col, copy=True)
+
+
+def decode_column(tree: Any, rows: int, what: str) -> Column:
+    """The column of :func:`encode_column`, checked so that no kernel reads out of bounds
+    (ValueError naming ``what`` otherwise)."""
+    if isinstance(tree, dict):
+        offsets, data = tree.get("offsets"), tree.get("data")
+        if not isinstance(offsets, np.ndarray) or not isinstance(data, np.ndarray):
+            raise ValueError(f"{what}: a string column needs offsets and data arrays")
+        offsets = offsets.astype(np.int64, copy=False)
+        if (
+            offsets.ndim != 1
+            or len(offsets) != rows + 1
+            or offsets[0] != 0
+            or bool((np.diff(offsets) < 0).any())
+            or offsets[-1] > len(data)
+        ):
+            raise ValueError(f"{what}: string offsets do not fit {rows} values in the data")
+        return VarColumn(offsets, data.astype(np.uint8, copy=False), bool(tree.get("utf8")))
+    if not isinstance(tree, np.ndarray) or tree.ndim != 1 or len(tree) != rows:
+        raise ValueError(f"{what}: not a column of {rows} values")
+    return tree
+
+
+def decode_int64(tree: Any, rows: int | None, what: str) -> np.ndarray:
+    """A one-dimensional integer array of the snapshot as int64 (``rows`` values if given)."""
+    if not isinstance(tree, np.ndarray) or tree.ndim != 1 or tree.dtype.kind not in "iu":
+        raise ValueError(f"{what}: not an integer array")
+    if rows is not None and len(tree) != rows:
+        raise ValueError(f"{what}: {len(tree)} values, not {rows}")
+    return tree.astype(np.int64, copy=False)
+
+
+def store_state(store: WindowStore) -> dict[str, Any]:
+    """A window store's tuples as a state tree, in insertion (``born``) order, so that
+    re-inserting them rebuilds every index chain in the same order (matches come out of a
+    probe in the same order after a restore)."""
+    live = store.live_slots()
+    live = live[np.argsort(store.born[live], kind="stable")]
+    return {
+        "capacity": store.capacity,
+        "columns": {name: encode_column(store.take(name, live)) for name in store.columns},
+        "born": store.born[live].copy(),
+        "died": store.died[live].copy(),
+        "rid": store.rid[live].copy(),
+    }
+
+
+def load_store(name: str, key_columns: list[str], tree: dict[str, Any]) -> WindowStore:
+    """The store of :func:`store_state` (ValueError, KeyError or TypeError if malformed)."""
+    born = decode_int64(tree["born"], None, f"{name}.born")
+    rows = len(born)
+    died = decode_int64(tree["died"], rows, f"{name}.died")
+    rid = decode_int64(tree["rid"], rows, f"{name}.rid")
+    capacity = int(tree["capacity"])
+    if not 1 <= capacity <= 1 << 40:
+        raise ValueError(f"{name}: capacity {capacity}")
+    columns: dict[str, Column] = {
+        str(c): decode_column(v, rows, f"{name}.{c}") for c, v in tree["columns"].items()
+    }
+    missing = [c for c in key_columns if c not in columns]
+    if missing and (rows or columns):
+        raise ValueError(f"{name}: join columns {missing} are missing")
+    store = WindowStore(name, key_columns, max(capacity, rows))
+    if not columns:
+        return store  # nothing arrived yet: columns are declared by the first batch
+    batch = Batch({**columns, ROW_ID: rid}, np.ones(rows, np.int8), np.zeros(rows, np.int64))
+    store.declare_columns(batch)
+    slots = store.insert(batch, born)
+    store.died[slots] = died
+    dying = slots[died != ALIVE]
+    if len(dying):
+        store.dying.append(dying)
+    return store

@@ -16,15 +16,14 @@ Each pipeline runs in two phases (Babu et al., Section 8.1): drop-probing in the
 kept for output generation), then output generation for the surviving deltas. The order of
 drop-probing is chosen by the A-Greedy machinery of the filter stage, treating each probed
 input (each path of the spanning tree, Section 8.2) as a filter that drops a delta when it has
-no match; the tree's precedence constraints are respected. Every order change is logged and
-reported in ``stats()``.
+no match; the tree's precedence constraints are respected. Every order change is counted and
+reported in ``stats()`` and logged sparingly (:mod:`processors.stages.plan_changes`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,12 +34,14 @@ from processors.core.joins.graph import JoinGraph, Pipeline, Side
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, Reoptimizer, make_reoptimizer
-from processors.kernels.profile_view import sample_rows
+from processors.kernels.profiling import sample_rows
+from processors.stages.base import StageBase
 from processors.stages.join_store import WindowStore, join_keys
+from processors.stages.mjoin_state import load_mjoin_state, mjoin_state
+from processors.stages.plan_changes import PlanChanges
 
 log = logging.getLogger(__name__)
 
-RECENT_CHANGES = 20
 EPOCH_SLICE = 16_384  # deltas per pipeline pass
 
 
@@ -71,8 +72,12 @@ class _Run:
         return 0 if len(o) == 0 else int(np.count_nonzero(np.diff(o))) + 1
 
 
-class MJoinStage:
-    """Joins n delta streams on equality predicates (see the module docstring)."""
+class MJoinStage(StageBase):
+    """Joins n delta streams on equality predicates (see the module docstring). Snapshots
+    (:meth:`snapshot`, :meth:`load_snapshot`) hold the tree of :mod:`.mjoin_state`."""
+
+    kind = "mjoin"
+    SNAPSHOT_VERSION = 1
 
     def __init__(
         self,
@@ -110,8 +115,8 @@ class MJoinStage:
         self.deltas_in = [0] * self.n
         self.results_out = 0
         self.probes = [np.zeros(p.size, np.int64) for p in self.pipelines]
-        self.changes_total = 0
-        self.recent_changes: deque[dict[str, Any]] = deque(maxlen=RECENT_CHANGES)
+        self._entity_names = [[self.names[inp] for inp in p.inputs] for p in self.pipelines]
+        self.plan_changes = PlanChanges(name, "join order", log)
 
     # -- input --------------------------------------------------------------------------------
     def input_index(self, stream: str) -> int:
@@ -260,34 +265,36 @@ class MJoinStage:
         self._check_classes(pipe, delta, run, e)
 
     def _check_classes(self, pipe: Pipeline, delta: Batch, run: _Run, e: int) -> None:
-        """Equalities the tree edge does not imply (cyclic joins; Section 8.2)."""
-        for k, col in pipe.classes[e]:
-            if k == pipe.edge_class[e] and col == pipe.probe[e][1]:
-                continue
-            other = self._bound_member(pipe, run, k, e)
-            if other is None or len(run.origin) == 0:
-                continue
+        """Equalities the tree edge does not imply (cyclic joins, Section 8.2; several columns
+        of one input in a class)."""
+        for x, xcol, col in pipe.checks(e, run.bound):
+            if len(run.origin) == 0:
+                return
             mine = self._values(pipe, delta, run, e, col)
-            theirs = self._values(pipe, delta, run, other[0], other[1])
+            theirs = self._values(pipe, delta, run, x, xcol)
             run.keep(mine == theirs)
 
-    @staticmethod
-    def _bound_member(pipe: Pipeline, run: _Run, k: int, e: int) -> tuple[int, str] | None:
-        for kr, col in pipe.root_classes:
-            if kr == k:
-                return -1, col
-        for x in run.bound:
-            if x == e:
-                continue
-            for kx, col in pipe.classes[x]:
-                if kx == k:
-                    return x, col
-        return None
+    def _self_consistent(self, pipe: Pipeline, delta: Batch) -> np.ndarray | None:
+        """The deltas whose own columns agree within each class (None: all of them)."""
+        if not pipe.root_checks:
+            return None
+        what = self.names[pipe.root]
+        keep = np.ones(len(delta), np.bool_)
+        for a, b in pipe.root_checks:
+            keep &= join_keys(delta.columns[a], f"{what}.{a}") == join_keys(
+                delta.columns[b], f"{what}.{b}"
+            )
+        return None if keep.all() else np.flatnonzero(keep)
 
     def _pipeline(self, i: int, delta: Batch, gen: np.ndarray) -> tuple[np.ndarray, Batch] | None:
         """Join input i's deltas with the other windows; (sequence numbers, results)."""
         pipe = self.pipelines[i]
         reopt = self.reopts[i]
+        rows = self._self_consistent(pipe, delta)
+        if rows is not None:
+            if len(rows) == 0:
+                return None
+            delta, gen = delta.take(rows), gen[rows]
         m = len(delta)
         run = _Run(m)
         samples = self._samples(m, reopt)
@@ -385,24 +392,21 @@ class MJoinStage:
 
     # -- reporting ----------------------------------------------------------------------------
     def _report(self, i: int, change: OrderChange) -> None:
-        pipe = self.pipelines[i]
-        names = [self.names[inp] for inp in pipe.inputs]
-        entry = {
-            "pipeline": self.names[i],
-            "at_delta": self.deltas_in[i],
-            "time_ms": self.clock_ms(),
-            "from": [names[e] for e in change.before],
-            "to": [names[e] for e in change.after],
-            "position": change.position,
-            "reason": change.reason,
-        }
-        self.changes_total += 1
-        self.recent_changes.append(entry)
-        log.info(
-            "%s: join order of %s changed after %d deltas (%s): %s -> %s",
-            self.name, self.names[i], self.deltas_in[i], change.reason,
-            entry["from"], entry["to"],
+        self.plan_changes.record(
+            change, self._entity_names[i], self.clock_ms(), self.deltas_in[i], "deltas",
+            {"pipeline": self.names[i], "at_delta": self.deltas_in[i]},
+            what=f"join order of {self.names[i]}",
         )  # fmt: skip
+
+    @property
+    def changes_total(self) -> int:
+        """Join order changes since the stage started, over all pipelines."""
+        return self.plan_changes.total
+
+    @property
+    def recent_changes(self) -> list[dict[str, Any]]:
+        """The latest join order changes, oldest first (as in ``stats()``)."""
+        return self.plan_changes.entries()
 
     def orders(self) -> dict[str, list[str]]:
         """Each pipeline's current drop-probing order, by input name."""
@@ -410,6 +414,14 @@ class MJoinStage:
             self.names[i]: [self.names[p.inputs[e]] for e in self.reopts[i].order.tolist()]
             for i, p in enumerate(self.pipelines)
         }
+
+    def state(self) -> dict[str, Any]:
+        """The state tree of :meth:`snapshot` (layout in :mod:`processors.stages.mjoin_state`)."""
+        return mjoin_state(self)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from a decoded snapshot; ``SnapshotError`` if it does not fit this stage."""
+        load_mjoin_state(self, state)
 
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         out, self.dead_letters = self.dead_letters, []
@@ -423,7 +435,7 @@ class MJoinStage:
             "algorithm": self.config.algorithm,
             "orders": self.orders(),
             "changes_total": self.changes_total,
-            "recent_changes": list(self.recent_changes),
+            "recent_changes": self.plan_changes.entries(),
             "deltas_in": dict(zip(self.names, self.deltas_in, strict=True)),
             "results_out": self.results_out,
             "window_tuples": {s.name: len(s) for s in self.stores},

@@ -20,6 +20,7 @@ from processors.kernels.synthetic import (
     fraction_threshold,
     synthetic_counts,
 )
+from processors.stages.base import StageBase
 
 _calibrated: float | None = None
 
@@ -47,9 +48,11 @@ def copies(key: int, name: str, selectivity: float) -> int:
     return whole + int(mix64(np.uint64(key) ^ operator_seed(name)) < cut)
 
 
-class SyntheticStage:
+class SyntheticStage(StageBase):
     """Spends ``cost_ns`` of CPU per input tuple and emits each tuple floor(s) or floor(s) + 1
     times (by a hash of its ``key`` column), so that on average it keeps ``selectivity``."""
+
+    kind = "synthetic"
 
     def __init__(self, name: str, cost_ns: float, selectivity: float, key: str) -> None:
         if cost_ns < 0 or not math.isfinite(cost_ns):

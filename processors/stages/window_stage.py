@@ -16,18 +16,19 @@ import numpy as np
 
 from processors.core.batch import INSERT, ROW_ID, Batch, Column, VarColumn
 from processors.core.plan import Window
+from processors.core.state_codec import SnapshotError, decode_state, expect
 from processors.kernels.gather import gather_var
+from processors.kernels.keys import canonical_int64, key_codes
 from processors.kernels.window import (
     IN_ORDER,
     LATE_POSSIBLE,
     admit,
     classify_arrivals,
-    hash_var,
     partition_events,
     range_events,
     rows_events,
-    var_equal_to,
 )
+from processors.stages.base import StageBase
 
 NOT_APPEND_ONLY = "window input must be append-only"
 _NO_TS = np.iinfo(np.int64).min  # max_ts / last admitted ts before any tuple
@@ -225,58 +226,11 @@ class _Store:
         }
 
 
-def _canonical_int64(col: np.ndarray) -> np.ndarray:
-    """Numeric keys as int64 that are equal iff the values are (for floats: 0.0 == -0.0, and
-    every NaN is one key, as numpy's unique has it)."""
-    if col.dtype.kind == "f":
-        v = col.astype(np.float64)
-        v = np.where(v == 0.0, 0.0, v)
-        v = np.where(np.isnan(v), np.nan, v)
-        return v.view(np.int64)
-    return col.astype(np.int64)
-
-
-def _var_codes(col: VarColumn) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes of string/bytes keys and the first row of each code: hashed in numba,
-    grouped by numpy, verified byte for byte (a hash collision falls back to exact Python)."""
-    hashes = np.empty(len(col), np.uint64)
-    hash_var(col.offsets, col.data, hashes)
-    _, first, codes = np.unique(hashes, return_index=True, return_inverse=True)
-    if var_equal_to(col.offsets, col.data, first[codes]):
-        return codes.astype(np.int64), first.astype(np.int64)
-    seen: dict[bytes, int] = {}
-    raw = [col.data[col.offsets[i] : col.offsets[i + 1]].tobytes() for i in range(len(col))]
-    codes = np.array([seen.setdefault(v, len(seen)) for v in raw], np.int64)
-    return codes, np.unique(codes, return_index=True)[1].astype(np.int64)
-
-
-def _column_codes(col: Column) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes of one key column and the first row of each code (one sort)."""
-    if isinstance(col, VarColumn):
-        return _var_codes(col)
-    _, first, codes = np.unique(
-        _canonical_int64(np.asarray(col)), return_index=True, return_inverse=True
-    )
-    return codes.astype(np.int64), first.astype(np.int64)
-
-
-def _key_codes(cols: list[Column]) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes of the (multi-column) partition key of each row, and a row of each code."""
-    codes, first = _column_codes(cols[0])
-    for col in cols[1:]:
-        more = _column_codes(col)[0]
-        # both codes are < n, so this stays below n**2: no overflow
-        combined = codes * (int(more.max()) + 1) + more
-        _, first, codes = np.unique(combined, return_index=True, return_inverse=True)
-        codes, first = codes.astype(np.int64), first.astype(np.int64)
-    return codes, first
-
-
 def _key_parts(col: Column, rows: np.ndarray) -> list[object]:
     """Hashable Python values of one key column at ``rows`` (once per distinct key)."""
     if isinstance(col, VarColumn):
         return [col.data[col.offsets[r] : col.offsets[r + 1]].tobytes() for r in rows.tolist()]
-    return _canonical_int64(np.asarray(col)[rows]).tolist()
+    return canonical_int64(np.asarray(col)[rows]).tolist()
 
 
 class _Groups:
@@ -297,7 +251,7 @@ class _Groups:
     def assign(self, cols: dict[str, Column]) -> np.ndarray:
         """The group id of each row (new keys get new ids; Python runs once per distinct key)."""
         key_cols = [cols[c] for c in self.columns]
-        codes, first = _key_codes(key_cols)
+        codes, first = key_codes(key_cols, len(key_cols[0]))
         parts = [_key_parts(c, first) for c in key_cols]
         gids = np.empty(len(first), np.int64)
         for i, key in enumerate(zip(*parts, strict=True)):
@@ -323,7 +277,7 @@ class _Groups:
         self.tail = np.where(used, new[np.clip(self.tail, 0, len(new) - 1)], -1)
 
 
-class WindowStage:
+class WindowStage(StageBase):
     """ROWS n, PARTITION BY k ROWS n or RANGE t over an append-only stream, emitting the delta
     stream of the window (inputs' columns plus ``__rid``) in non-decreasing timestamp order."""
 
@@ -526,8 +480,12 @@ class WindowStage:
             "rejected_total": self.rejected_total,
         }
 
-    def snapshot(self) -> dict[str, Any]:
-        """Everything needed to continue exactly where this stage is (arrays are copies)."""
+    kind = "window"
+    SNAPSHOT_VERSION = _SNAPSHOT_VERSION
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly where this stage is (arrays are copies); the
+        tree :meth:`snapshot` encodes."""
         contents = None
         if self._store is not None:
             live = self._store.live_slots()
@@ -557,14 +515,24 @@ class WindowStage:
 
     @classmethod
     def restore(
-        cls, window: Window, lateness_ms: int, state: dict[str, Any], name: str = "window"
+        cls,
+        window: Window,
+        lateness_ms: int,
+        state: dict[str, Any] | bytes,
+        name: str = "window",
     ) -> WindowStage:
-        """A stage that continues from ``state`` (a :meth:`snapshot`) as the original would."""
+        """A stage that continues from ``state`` (a :meth:`snapshot`, or its decoded tree) as
+        the original would."""
         stage = cls(window, lateness_ms, name)
+        if isinstance(state, bytes | bytearray | memoryview):
+            state = decode_state(state)
+            expect(state, cls.kind, _SNAPSHOT_VERSION, name)
         if state.get("version") != _SNAPSHOT_VERSION:
-            raise ValueError(f"{name}: unknown window snapshot version {state.get('version')!r}")
+            raise SnapshotError(
+                f"{name}: unknown window snapshot version {state.get('version')!r}"
+            )
         if state["window"] != str(window):
-            raise ValueError(f"{name}: snapshot of window {state['window']}, not {window}")
+            raise SnapshotError(f"{name}: snapshot of window {state['window']}, not {window}")
         if state["schema"] is not None:
             stage._schema = [(str(n), str(t)) for n, t in state["schema"]]
             stage._store = _Store(stage._schema, stage._groups is not None)
@@ -579,6 +547,10 @@ class WindowStage:
         for key in _COUNTERS:
             setattr(stage, key, int(state["counters"][key]))
         return stage
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        restored = type(self).restore(self.window, self.lateness_ms, state, self.name)
+        self.__dict__.update(restored.__dict__)
 
     def _refill(self, contents: dict[str, Any]) -> None:
         """Put snapshotted window contents back, rebuilding the PARTITION BY groups by

@@ -5,20 +5,12 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from processors.runtime.broker import BrokerInfo, start_broker, stop_broker
 
-_HERE = Path(__file__).parent
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests under tests/integration need the broker: mark them for `-m "not integration"`."""
-    for item in items:
-        if _HERE in Path(str(item.path)).parents:
-            item.add_marker(pytest.mark.integration)
+# tests/conftest.py marks every test here `integration` and `slow` (FOLDER_MARKERS)
 
 
 @pytest.fixture(scope="session")

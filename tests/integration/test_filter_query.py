@@ -17,11 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from broker_helpers import stats_records
 
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch
 from processors.core.batch import Batch
-from processors.runtime.launcher import WorkerProcess, wait_for_count
-from processors.runtime.publish import publish_batch
-from processors.runtime.worker import STATS_TOPIC
 from processors.workloads.examples import reading_columns
 from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object, load_schema
@@ -100,14 +100,6 @@ def diagnose(worker: WorkerProcess) -> str:
     return f"agents (in, out, dead letters): {counts}\n{worker.log_tail(60)}"
 
 
-def stats_records(bootstrap: str, query: str) -> list[dict]:
-    schema, store = load_schema("stats"), SchemaStore()
-    decoded = (
-        decode_single_object(r.value, schema, store) for r in read_topic(bootstrap, STATS_TOPIC)
-    )
-    return [s for s in decoded if s["query"] == query and s["agent"] == "filter"]
-
-
 def test_filter_query_is_exact_and_reorders_when_selectivities_change(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
@@ -171,7 +163,7 @@ def test_filter_query_is_exact_and_reorders_when_selectivities_change(
         # the stats topic shows the same: counts, the last plan per partition, the changes
         deadline = time.monotonic() + 15
         while True:
-            stats = stats_records(bootstrap, name)
+            stats = stats_records(bootstrap, name, agent="filter")
             counts = (sum(r["tuples_in"] for r in stats), sum(r["tuples_out"] for r in stats))
             if counts == (2 * PHASE, want) or time.monotonic() > deadline:
                 break

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 from oracle.naive import naive_join, naive_window_deltas
 
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch
 from processors.core.batch import Batch, VarColumn
-from processors.runtime.launcher import WorkerProcess, wait_for_count
 from processors.runtime.producer import SIGN_HEADER
-from processors.runtime.publish import publish_batch
 from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object, load_schema
 from topics.specs import TopicSpec

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from broker_helpers import stats_records
 
-from processors.runtime.launcher import WorkerProcess, wait_for_count
-from processors.runtime.publish import publish_batch, publish_raw
-from processors.runtime.worker import DEAD_LETTER_TOPIC, STATS_TOPIC
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch, publish_raw
+from processors.runtime.worker import DEAD_LETTER_TOPIC
 from processors.workloads.examples import reading_columns
 from topics.admin import ensure_topics, high_watermarks, read_topic
 from topics.avro import SchemaStore, decode_single_object, load_schema
@@ -118,12 +119,10 @@ def test_one_worker_passes_every_record_exactly_once(pipeline: Pipeline) -> None
 
 def _stats_totals(pipeline: Pipeline) -> Counter:
     """Sum of the Stats records of this pipeline's query, per (agent, counter)."""
-    schema, store, totals = load_schema("stats"), SchemaStore(), Counter()
-    for r in read_topic(pipeline.bootstrap, STATS_TOPIC):
-        stats = decode_single_object(r.value, schema, store)
-        if stats["query"] == pipeline.name:
-            for counter in ("tuples_in", "tuples_out"):
-                totals[(stats["agent"], counter)] += stats[counter]
+    totals: Counter = Counter()
+    for stats in stats_records(pipeline.bootstrap, pipeline.name):
+        for counter in ("tuples_in", "tuples_out"):
+            totals[(stats["agent"], counter)] += stats[counter]
     return totals
 
 

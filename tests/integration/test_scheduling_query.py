@@ -21,13 +21,13 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from broker_helpers import stats_records
 from oracle.synthetic import surviving
 
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch
 from processors.core.batch import Batch, VarColumn
 from processors.runtime.control import publish_policy
-from processors.runtime.launcher import WorkerProcess, wait_for_count
-from processors.runtime.publish import publish_batch
-from processors.runtime.worker import STATS_TOPIC
 from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object, load_schema
 from topics.specs import TopicSpec
@@ -142,12 +142,9 @@ def test_chain_schedules_a_live_query_exactly_and_the_policy_changes_at_run_time
     finally:
         assert worker.stop() == 0, worker.log_tail()
 
-    schema_stats, store = load_schema("stats"), SchemaStore()
     events = [
         event
-        for r in read_topic(bootstrap, STATS_TOPIC)
-        for record in [decode_single_object(r.value, schema_stats, store)]
-        if record["query"] == name and record["agent"] == "scheduler"
+        for record in stats_records(bootstrap, name, agent="scheduler")
         for event in json.loads(record["events"])
     ]
     assert any(e["kind"] == "priorities" and e["policy"] == "chain" for e in events), events

@@ -22,10 +22,10 @@ from fastavro.schema import fingerprint as fastavro_fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
 import spark_bridge as sb
+from processors.commands.analyze import AnalyzeSpec, analyze
+from processors.commands.publish import publish_batch
 from processors.core.batch import Batch, VarColumn
-from processors.runtime.analyze import AnalyzeSpec, analyze
 from processors.runtime.producer import RecordProducer
-from processors.runtime.publish import publish_batch
 from topics.admin import ensure_topics, high_watermarks, read_topic
 from topics.avro import load_schema
 from topics.specs import TopicSpec

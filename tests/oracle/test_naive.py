@@ -284,6 +284,25 @@ def test_three_way_join_with_duplicates_and_deletes() -> None:
     assert naive_join_by_difference([a, b, c], preds) == expected
 
 
+def test_join_checks_every_predicate_literally() -> None:
+    """r.a = s.k and r.c = s.k: a result needs r.a = r.c, whichever side arrives first."""
+    r = [d(1, 1, 0, a=1, c=2), d(1, 1, 1, a=3, c=3), d(1, 4, 2, a=2, c=2)]
+    s = [d(1, 0, 0, k=1), d(1, 2, 1, k=2), d(1, 3, 2, k=3)]
+    preds = [((0, "a"), (1, "k")), ((0, "c"), (1, "k"))]
+    # r0 (1 != 2) never joins; r1 meets s2 when s2 arrives at 3; r2 meets s1 at 4
+    expected = Counter(
+        {(1, 3, (vals(a=3, c=3), vals(k=3))): 1, (1, 4, (vals(a=2, c=2), vals(k=2))): 1}
+    )
+    assert naive_join([r, s], preds) == expected
+    assert naive_join_by_difference([r, s], preds) == expected
+    # three inputs in one class, one of them with two columns: t.x = r.a = t.y
+    t = [d(1, 5, 0, x=3, y=3), d(1, 5, 1, x=3, y=1)]
+    preds3 = [((0, "a"), (1, "k")), ((2, "x"), (0, "a")), ((2, "y"), (1, "k"))]
+    got = naive_join([r, s, t], preds3)
+    v = (vals(a=3, c=3), vals(k=3), vals(x=3, y=3))
+    assert got == Counter({(1, 5, v): 1})
+
+
 def test_join_rejects_delete_of_unknown_row() -> None:
     with pytest.raises(ValueError):
         naive_join([[d(-1, 1, 0, k=1)], []], [((0, "k"), (1, "k"))])

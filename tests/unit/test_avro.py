@@ -1,12 +1,12 @@
 """Schema store, single-object framing, registry framing and schema resolution (topics.avro)."""
 
-import io
 import json
 
 import fastavro
 import pytest
 from fastavro.schema import fingerprint as fa_fingerprint
 from fastavro.schema import to_parsing_canonical_form
+from helpers import avro_body
 
 from topics.avro import (
     RegistryCodec,
@@ -46,12 +46,6 @@ def _spec_crc64_avro(data: bytes) -> int:
     for b in data:
         fp = (fp >> 8) ^ table[(fp ^ b) & 0xFF]
     return fp
-
-
-def _body(schema: dict, record: dict) -> bytes:
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-    return out.getvalue()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -121,7 +115,7 @@ def test_single_object_round_trip_against_fastavro():
     schema = load_schema("reading")
     msg = encode_single_object(schema, READING)
     assert msg[:10] == single_object_header(schema)
-    assert msg[10:] == _body(schema, READING)
+    assert msg[10:] == avro_body(schema, READING)
     store = SchemaStore()
     out = decode_single_object(msg, schema, store)
     assert out == {**READING, "humidity": pytest.approx(40.25)}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from processors.cli import _bench, _broker, _demo, _plan, _worker, build_parser, main
+from processors.commands.queries import load_plan
 from processors.core.query import LogicalPlan, QueryError
-from processors.runtime.queries import load_plan
 from processors.workloads.examples import readings_passthrough
 
 QUERY_HEAD = """
@@ -23,12 +23,9 @@ query.into("readings-alerts")
 
 
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def isolated(no_local_settings: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No streamon.toml or environment settings leak in; state goes to a temp dir."""
-    for name in ("STREAMON_BOOTSTRAP", "STREAMON_SCHEMA_REGISTRY_URL", "STREAMON_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("STREAMON_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STREAMON_STATE_DIR", str(no_local_settings / "state"))
 
 
 def write_query(tmp_path: Path, body: str, name: str = "q.py") -> Path:

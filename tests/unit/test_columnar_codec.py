@@ -7,6 +7,7 @@ import struct
 import fastavro
 import numpy as np
 import pytest
+from helpers import avro_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -49,14 +50,8 @@ DTYPES = {
 }
 
 
-def body(schema: dict, record: dict) -> bytes:
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-    return out.getvalue()
-
-
 def message(schema: dict, record: dict) -> bytes:
-    return single_object_header(schema) + body(schema, record)
+    return single_object_header(schema) + avro_body(schema, record)
 
 
 def pack(msgs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -267,7 +262,7 @@ def test_every_garbage_case_is_reported_and_others_decode():
     recs[0]["site"] = "abc"
     ok = message(schema, recs[0])
     head = single_object_header(schema)
-    fields = body(schema, recs[0])
+    fields = avro_body(schema, recs[0])
     # layout of the body: sensor_id, ts varints, temperature 8 bytes, humidity 4, site, ok
     site_at = len(fields) - 1 - 4  # "abc" (1 length byte + 3), then ok
     cases = {

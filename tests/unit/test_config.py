@@ -8,11 +8,8 @@ import pytest
 
 from processors.runtime.config import ConfigError, Settings, load_settings, resolve_bootstrap
 
-
-@pytest.fixture(autouse=True)
-def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test runs in an empty cwd, so a developer's ./streamon.toml cannot leak in."""
-    monkeypatch.chdir(tmp_path)
+# each test runs in an empty cwd, so a developer's ./streamon.toml cannot leak in
+pytestmark = pytest.mark.usefixtures("no_local_settings")
 
 
 def _write(path: Path, text: str) -> Path:

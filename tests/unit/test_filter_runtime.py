@@ -17,19 +17,27 @@ from faust.types import TP
 
 from processors.core.batch import Batch, VarColumn
 from processors.core.query import Query, col
-from processors.runtime.agents import AgentContext, _runs, _same_layout, add_stage_agent
+from processors.physical.build import stage_factory
+from processors.physical.compiler import FILTER_STEP as FILTER_STAGE
+from processors.physical.compiler import compile_plan as plan_pipeline
+from processors.runtime.context import AgentContext
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.stage_agent import _runs, _same_layout, add_stage_agent
 from processors.runtime.stats import StatsBoard
-from processors.runtime.worker import (
-    FILTER_STAGE,
-    _stage_factory,
-    is_bulk_stage,
-    plan_pipeline,
-)
 from processors.workloads.examples import reading_columns, readings_passthrough
 from topics.avro import SchemaStore, decode_single_object, load_schema
 from topics.envelope import decode_batch, encode_batch
+
+
+def _stage_factory(name: str, plan: Any) -> Callable[[int], Any]:
+    """The worker's factory of the stage of step ``name``."""
+    return stage_factory(plan, plan_pipeline(plan).step(name))
+
+
+def is_bulk_stage(name: str) -> bool:
+    return plan_pipeline(filter_query().build()).step(name).bulk
+
 
 A, B = "r.temperature < 25.0", "r.humidity > 10.0"
 
@@ -362,7 +370,7 @@ def _stats_plans_and_events(h: Harness) -> list[str]:
 @pytest.mark.parametrize("pass_all", [False, True])
 def test_bench_queries_and_their_oracles_agree(tmp_path, pass_all: bool) -> None:
     from processors.bench.filters_e2e import chosen_filters, expected_count, query_text
-    from processors.runtime.queries import load_plan
+    from processors.commands.queries import load_plan
 
     filters = chosen_filters(8, pass_all)
     path = tmp_path / "q.py"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import pytest
+from helpers import within
 
 from processors.kernels.hash_index import select_in_index
 from processors.workloads.filters import (
@@ -26,12 +26,6 @@ def generate(workload: FilterWorkload, sizes: list[int]) -> tuple[np.ndarray, np
         keys.append(np.stack([batch.columns[c] for c in run.column_names], axis=1))
         truth.append(passes)
     return np.concatenate(keys), np.concatenate(truth)
-
-
-def within(measured: float, expected: float, samples: int, sigmas: float = 5.0) -> bool:
-    """Whether a measured frequency is within ``sigmas`` standard errors of ``expected``."""
-    err = math.sqrt(max(expected * (1 - expected), 1e-12) / samples)
-    return abs(measured - expected) <= sigmas * err
 
 
 def test_batch_shape_columns_and_metadata() -> None:

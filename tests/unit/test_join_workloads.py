@@ -10,6 +10,7 @@ import math
 import fastavro
 import numpy as np
 import pytest
+from helpers import within
 
 from processors.core.batch import Batch
 from processors.workloads.joins import (
@@ -31,12 +32,6 @@ from topics.columnar import RecordCodec
 
 PHASE_MS = 4_000
 RATE = 25_000  # packets/s: 100k packets per phase
-
-
-def within(measured: float, expected: float, samples: int, sigmas: float = 5.0) -> bool:
-    """Whether a measured frequency is within ``sigmas`` standard errors of ``expected``."""
-    err = math.sqrt(max(expected * (1 - expected), 1e-12) / samples)
-    return abs(measured - expected) <= sigmas * err
 
 
 def network_streams(workload: NetworkWorkload, span_ms: int) -> list[Batch]:

@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle.naive import naive_join, naive_window_deltas, result_counter
 
-from processors.core.batch import Batch
+from processors.core.batch import ROW_ID, Batch
 from processors.core.ordering.config import OrderingConfig
 from processors.core.plan import Window
 from processors.stages.mjoin_stage import MJoinStage
-from processors.stages.query_stages import RowIds
+from processors.stages.shape_stages import RowIds
 from processors.stages.window_stage import WindowStage
 
 GRAPHS = ("star", "chain", "cycle", "natural")
@@ -140,6 +141,7 @@ def _diff(got: Counter, want: Counter) -> str:
     )
 
 
+@pytest.mark.slow  # 29-41 s measured
 def test_larger_windows_equal_the_naive_join() -> None:
     """Bigger windows than the property test (hash tables grow, slots are reused); kept to three
     inputs so that the nested-loop oracle stays fast."""
@@ -162,3 +164,95 @@ def test_larger_windows_equal_the_naive_join() -> None:
     got = result_counter(batches, [["a", "b", "c"]] * n, [f"s{i}." for i in range(n)])
     assert sum(expected.values()) > 1000
     assert got == expected, _diff(got, expected)
+
+
+# -- equality classes with several columns of one input ----------------------------------------
+
+Predicates = list[tuple[tuple[int, str], tuple[int, str]]]
+
+
+def class_predicates(graph: str, n: int, rng: np.random.Generator) -> Predicates:
+    """Join graphs whose equality classes hold two or more columns of one input, or span three
+    or more inputs; the remaining inputs hang on in a chain so every graph is connected."""
+
+    def chain_from(first: int, col: str = "b") -> Predicates:
+        return [((i, col), (i + 1, "a")) for i in range(first, n - 1)]
+
+    if graph == "root_two":  # r.a = s.a and r.c = s.a: r.a = r.c must hold as well
+        return [((0, "a"), (1, "a")), ((0, "c"), (1, "a")), *chain_from(1)]
+    if graph == "leaf_two":  # s has two columns equal to r.a
+        return [((0, "a"), (1, "a")), ((0, "a"), (1, "c")), *chain_from(1)]
+    if graph == "all_three":  # all of r's columns equal s.a
+        return [((0, "a"), (1, "a")), ((0, "b"), (1, "a")), ((0, "c"), (1, "a")), *chain_from(1)]
+    if graph == "via_child":  # s.b = t.a and s.c = t.a: s is reached from r on another class
+        preds = [((0, "a"), (1, "a")), ((1, "b"), (2, "a")), ((1, "c"), (2, "a"))]
+        return preds + [((i, "b"), (i + 1, "a")) for i in range(2, n - 1)]
+    if graph == "span3":  # one class over three inputs, with two columns of the middle one
+        preds = [((0, "a"), (1, "a")), ((2, "b"), (1, "c")), ((2, "b"), (0, "a"))]
+        return preds + [((i, "c"), (i + 1, "a")) for i in range(2, n - 1)]
+    # random: a random spanning tree on random columns, then a few more random equalities
+    preds = []
+    for i in range(1, n):
+        j = int(rng.integers(0, i))
+        preds.append(((j, str(rng.choice(list("abc")))), (i, str(rng.choice(list("abc"))))))
+    for _ in range(int(rng.integers(1, 4))):
+        i, j = (int(x) for x in rng.choice(n, 2, replace=False))
+        preds.append(((i, str(rng.choice(list("abc")))), (j, str(rng.choice(list("abc"))))))
+    return preds
+
+
+CLASS_GRAPHS = ("root_two", "leaf_two", "all_three", "via_child", "span3", "random")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 5),
+    graph=st.sampled_from(CLASS_GRAPHS),
+    algorithm=st.sampled_from(["agreedy", "sweep", "independent", "localswaps", "fixed"]),
+)
+def test_equality_classes_with_several_columns_of_one_input(
+    seed: int, n: int, graph: str, algorithm: str
+) -> None:
+    """Every equality a class implies holds in every result, whatever the arrival order, the
+    pipeline (the input whose delta arrives) and the join order."""
+    if graph in ("via_child", "span3"):
+        n = max(n, 3)
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(5, 30 if n <= 3 else 16))
+    domain = int(rng.integers(2, 4))  # tiny: columns of one tuple often agree, often not
+    streams = [raw_stream(rng, size, domain) for _ in range(n)]
+    windows = [random_window(rng, unbounded=n <= 3) for _ in range(n)]
+    preds = class_predicates(graph, n, rng)
+    config = OrderingConfig(
+        algorithm, profile_probability=float(rng.choice([0.0, 0.3, 1.0])), seed=seed,
+        min_profile_tuples=1, window_tuples=16,
+    )  # fmt: skip
+    expected = naive_join(
+        [oracle_deltas(s, w) for s, w in zip(streams, windows, strict=True)], preds
+    )
+    batches = engine_results(streams, windows, preds, rng, config)
+    got = result_counter(batches, [["a", "b", "c"]] * n, [f"s{i}." for i in range(n)])
+    assert got == expected, _diff(got, expected)
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_a_root_tuple_whose_own_columns_differ_joins_nothing(first: int) -> None:
+    """query.join("r.a", "s.k").join("r.c", "s.k"): r(a=1, c=2) never meets s(k=1) or s(k=2),
+    whichever arrives first."""
+    preds = [((0, "a"), (1, "k")), ((0, "c"), (1, "k"))]
+    join = MJoinStage(["r", "s"], preds)
+    rid = np.arange(3, dtype=np.int64)
+    r = Batch.inserts({ROW_ID: rid[:2], "a": np.array([1, 3]), "c": np.array([2, 3])})
+    s = Batch.inserts({ROW_ID: rid, "k": np.array([1, 2, 3])})
+    inputs = [r, s]
+    join.push(first, inputs[first])
+    out = join.flush()
+    join.push(1 - first, inputs[1 - first])
+    out += join.flush()
+    rows = [
+        row
+        for b in out
+        for row in zip(*(b.columns[c].tolist() for c in ("r.a", "r.c", "s.k")), strict=True)
+    ]
+    assert rows == [(3, 3, 3)]

@@ -409,3 +409,24 @@ def test_micro_second_timestamps_are_rejected() -> None:
     }
     with pytest.raises(QueryError, match="timestamp field 't' is timestamp-micros"):
         Query("q").stream("m", topic="m", schema=schema, timestamp="t")
+
+
+def test_one_list_of_aggregate_functions_and_of_scheduling_policies() -> None:
+    """The builder, the aggregate stage and the CLI read the same lists of names."""
+    from processors.cli import build_parser
+    from processors.core.plan import AGGREGATE_FUNCS
+    from processors.core.scheduling.config import POLICY_NAMES
+    from processors.core.scheduling.policies import POLICIES
+    from processors.stages import aggregate_stage
+
+    assert aggregate_stage.FUNCS is AGGREGATE_FUNCS
+    assert AGGREGATE_FUNCS == ("count", "sum", "avg", "min", "max")
+    assert (*POLICIES, "off") == POLICY_NAMES
+    parser = build_parser()
+    for name in (*POLICY_NAMES, "query"):
+        assert parser.parse_args(["control", "policy", "q", name]).policy == name
+    for name in POLICY_NAMES:
+        settings = {"latency_ms": 5.0} if name == "chain-flush" else {}
+        settings |= {"gamma": 1.0} if name == "mixed" else {}
+        q = Query("q").stream("r", topic="readings", schema=READING).into("out")
+        assert q.schedule(name, **settings).build().scheduling_config.policy == name

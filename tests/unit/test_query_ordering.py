@@ -139,3 +139,12 @@ def test_plan_command_shows_the_ordering(tmp_path, capsys: pytest.CaptureFixture
     shown = json.loads(capsys.readouterr().out)["ordering"]
     assert shown["algorithm"] == "independent" and shown["window_tuples"] == 250
     assert shown["profile_probability"] == 0.005  # the paper's default for Independent
+
+
+def test_the_ordering_algorithms_are_the_reoptimizer_registry() -> None:
+    from processors.core.ordering.config import algorithms
+    from processors.core.ordering.reoptimizers import REOPTIMIZERS
+
+    assert algorithms() == tuple(REOPTIMIZERS)
+    for name in REOPTIMIZERS:
+        assert filtered().adapt(name).build().ordering_config.algorithm == name

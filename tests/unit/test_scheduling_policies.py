@@ -8,6 +8,7 @@ import math
 from fractions import Fraction as F
 
 import pytest
+from helpers import MIXED_CHART
 
 from processors.core.scheduling import (
     POLICIES,
@@ -17,8 +18,6 @@ from processors.core.scheduling import (
     plan_from_charts,
     simulate,
 )
-
-MIXED_CHART = [(0, 1), (1000, F(3, 10)), (1990, F(1, 5)), (3490, F(1, 10)), (5490, 0)]
 
 
 def R(op: str, head: float, queued: float = 1) -> ReadyOperator:

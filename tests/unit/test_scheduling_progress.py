@@ -8,6 +8,7 @@ import random
 from fractions import Fraction as F
 
 import pytest
+from helpers import MIXED_CHART
 
 from processors.core.scheduling import (
     chains,
@@ -24,7 +25,6 @@ from processors.core.scheduling import (
 TWO_OPS = [(0, 1), (500, F(3, 10)), (4000, 0)]
 FOUR_OPS = [(0, 1), (400, F(9, 10)), (2000, F(88, 100)), (2200, F(1, 10)), (4000, 0)]
 STORED_JOIN = [(0, 1), (400, F(9, 10)), (1300, 2), (1500, F(1, 5)), (4000, 0)]
-MIXED_CHART = [(0, 1), (1000, F(3, 10)), (1990, F(1, 5)), (3490, F(1, 10)), (5490, 0)]
 # Sect. 5.3, Example 2
 EXAMPLE2 = [(0, 1), (1, F(1, 10)), (99, F(1, 1000)), (100, 0)]
 

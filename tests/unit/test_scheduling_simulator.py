@@ -312,6 +312,7 @@ def _clairvoyant(charts, arrivals, horizon: int):
     return best_step, best_fluid
 
 
+@pytest.mark.slow  # 3.4-3.7 s measured
 def test_chain_is_within_one_unit_per_path_of_the_clairvoyant_optimum_at_every_step() -> None:
     """Theorem 4.3 (selectivities <= 1): at every time Chain's memory is at most the least
     memory any schedule, even one knowing the arrivals, can have then, plus the number of

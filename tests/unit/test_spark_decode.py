@@ -14,8 +14,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from processors.commands.analyze import default_keys, spark_error_line
 from processors.core.query import Query
-from processors.runtime.analyze import default_keys, spark_error_line
 from spark_bridge import plots
 from spark_bridge.analytics import to_ms
 from spark_bridge.arrow_decode import BadRecordError, ChunkDecoder
@@ -308,7 +308,7 @@ def test_analyze_command_arguments() -> None:
 def test_no_java_is_one_clear_line_and_the_demo_only_skips_its_spark_part(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from processors.runtime.analyze import demo_analysis
+    from processors.commands.analyze import demo_analysis
     from spark_bridge import SparkUnavailable, spark_session
 
     monkeypatch.delenv("JAVA_HOME", raising=False)

@@ -11,8 +11,9 @@ import pytest
 from processors.core.batch import Batch
 from processors.core.query import Query, QueryError
 from processors.kernels.splitmix import mix64
-from processors.runtime.agents import AgentContext, _pieces, _runs
 from processors.runtime.arbiter import Arbiter
+from processors.runtime.context import AgentContext
+from processors.runtime.stage_agent import _pieces, _runs
 from processors.runtime.stats import AgentStats
 from processors.stages.synthetic_stage import SyntheticStage, copies, operator_seed
 from processors.workloads.examples import reading_columns

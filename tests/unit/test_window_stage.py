@@ -7,7 +7,6 @@ alone: tuple at a time, lists of dicts, no shared code with the stage.
 from __future__ import annotations
 
 import copy
-import pickle
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 
 from processors.core.batch import ROW_ID, Batch, VarColumn
 from processors.core.plan import Window
+from processors.core.state_codec import decode_state
 from processors.kernels.window import (
     BOUNDED,
     IN_ORDER,
@@ -395,7 +395,7 @@ def test_restore_continues_exactly_like_the_uninterrupted_stage(
         window = Window("r", kind, size, by)  # type: ignore[arg-type]
         stage = WindowStage(window, 3)
         before = run_stage(stage, parts[:cut], KINDS, flush=False)
-        state = pickle.loads(pickle.dumps(stage.snapshot()))
+        state = decode_state(stage.snapshot())
         kept = copy.deepcopy(state)
         rest = run_stage(stage, parts[cut:], KINDS)  # the original keeps going ...
         restored = WindowStage.restore(window, 3, kept, name="w2")

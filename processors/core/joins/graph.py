@@ -7,12 +7,18 @@ inputs along a spanning tree rooted at i, found breadth first over the classes: 
 shares a class with i is probed directly with i's value; the others hang under the input through
 which they are first reached (Section 8.2's paths, which give precedence constraints). Equalities
 the tree does not use are checked once both sides are bound (the cyclic case of Section 8.2).
+
+A class may hold several columns of one input (``r.a = s.k`` and ``r.c = s.k`` imply
+``r.a = r.c``). Every column of a class must then equal the class's value, so the pipeline
+checks each column against one already bound member of its class as soon as its input is bound:
+the root's own columns before any probe (:attr:`Pipeline.root_checks`), the others by
+:meth:`Pipeline.checks`, whatever the order the re-optimizer picked.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 Side = tuple[int, str]  # (input index, column)
@@ -42,10 +48,39 @@ class Pipeline:
     classes: tuple[tuple[tuple[int, str], ...], ...]
     root_classes: tuple[tuple[int, str], ...]
     edge_class: tuple[int, ...]
+    # (column, column) pairs of the root that share a class: a delta failing one joins nothing
+    root_checks: tuple[tuple[str, str], ...] = ()
 
     @property
     def size(self) -> int:
         return len(self.inputs)
+
+    def checks(self, e: int, bound: Iterable[int]) -> list[tuple[int, str, str]]:
+        """The equalities to check when entity ``e`` is bound after the entities ``bound``:
+        ``(x, x's column, e's column)`` with ``x`` the root (-1) or a bound entity.
+
+        Each of e's columns is compared with one earlier bound member of its class (the root's
+        first, else the lowest bound entity's, else e's own first column in that class); the
+        tree edge's column is skipped, the probe having matched it. Since the bound members of
+        a class are already equal to each other, this implies every equality of the class.
+        """
+        known: dict[int, tuple[int, str]] = {}
+        for k, col in self.root_classes:
+            known.setdefault(k, (-1, col))
+        for x in sorted(bound):
+            if x != e:
+                for k, col in self.classes[x]:
+                    known.setdefault(k, (x, col))
+        out = []
+        edge = (self.edge_class[e], self.probe[e][1])
+        for k, col in self.classes[e]:
+            if (k, col) == edge:
+                known.setdefault(k, (e, col))
+            elif k in known:
+                out.append((*known[k], col))
+            else:
+                known[k] = (e, col)
+        return out
 
     def default_order(self) -> list[int]:
         """Breadth first: parents before children, then by input index."""
@@ -177,7 +212,19 @@ class JoinGraph:
             classes=classes,
             root_classes=tuple(self._classes(root)),
             edge_class=tuple(edge_class),
+            root_checks=self._own_checks(root),
         )
+
+    def _own_checks(self, inp: int) -> tuple[tuple[str, str], ...]:
+        """Pairs (first column, other column) of ``inp`` in one class, per class."""
+        first: dict[int, str] = {}
+        out = []
+        for k, col in self._classes(inp):
+            if k in first:
+                out.append((first[k], col))
+            else:
+                first[k] = col
+        return tuple(out)
 
     def _one_column(self, inp: int, k: int) -> bool:
         return sum(1 for i, _ in self.members[k] if i == inp) == 1

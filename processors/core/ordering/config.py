@@ -3,15 +3,15 @@
 Defaults follow Table 1 of the A-Greedy paper (Babu et al., SIGMOD 2004): drop-profiling
 probability 0.01 (0.005 for Independent), a profile window of 1000 profile tuples (500 for
 Sweep, where it is also the length of a stage) and thrash-avoidance alpha = 0.9.
+
+The algorithms are those of ``REOPTIMIZERS`` in :mod:`processors.core.ordering.reoptimizers`,
+the one list of their names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
-
-Algorithm = Literal["agreedy", "sweep", "independent", "localswaps", "fixed"]
-ALGORITHMS: tuple[str, ...] = ("agreedy", "sweep", "independent", "localswaps", "fixed")
+from typing import Any
 
 _DEFAULT_P = {"independent": 0.005}
 _DEFAULT_WINDOW = {"sweep": 500}
@@ -19,6 +19,19 @@ _DEFAULT_WINDOW = {"sweep": 500}
 
 class OrderingConfigError(ValueError):
     """An ordering configuration that makes no sense (names the offending setting)."""
+
+
+def algorithms() -> tuple[str, ...]:
+    """The names of the ordering algorithms: the keys of the re-optimizer registry.
+
+    Looked up when a configuration is checked, not when this module is imported: the registry
+    lives with the re-optimizers, which import numba kernels and this module, while a
+    configuration is plain data that the logical plan carries (and the plan is read by
+    processes that never order a filter).
+    """
+    from processors.core.ordering.reoptimizers import REOPTIMIZERS
+
+    return tuple(REOPTIMIZERS)
 
 
 @dataclass(frozen=True)
@@ -33,7 +46,7 @@ class OrderingConfig:
     for deterministic tests and for filters whose cost is known.
     """
 
-    algorithm: Algorithm = "agreedy"
+    algorithm: str = "agreedy"  # a key of REOPTIMIZERS
     profile_probability: float | None = None  # None: Table 1 default for the algorithm
     window_tuples: int | None = None  # None: Table 1 default for the algorithm
     window_ms: int | None = None
@@ -44,9 +57,10 @@ class OrderingConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
+        known = algorithms()
+        if self.algorithm not in known:
             raise OrderingConfigError(
-                f"unknown ordering algorithm {self.algorithm!r}; choose one of {ALGORITHMS}"
+                f"unknown ordering algorithm {self.algorithm!r}; choose one of {known}"
             )
         p = self.p
         if not 0.0 <= p <= 1.0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from processors.kernels.profile_view import record_costs
+from processors.kernels.costs import record_costs
 
 
 class ProfileWindow:

@@ -22,6 +22,7 @@ import numpy as np
 
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.profile import ProfileWindow
+from processors.kernels.intrinsics import ns_per_cycle
 from processors.kernels.profile_view import (
     DIAGONAL_AND_COLUMN,
     FIRST_ROW,
@@ -31,7 +32,6 @@ from processors.kernels.profile_view import (
     find_violation,
     greedy_correct,
     hist_rebuild,
-    ns_per_cycle,
     view_from_hist,
     view_from_patterns,
     view_row,
@@ -151,7 +151,7 @@ class Reoptimizer:
         return changes
 
     def kernel_window(self, now_ms: int, costs: np.ndarray) -> tuple[object, ...]:
-        """The arguments of ``kernels.profile_view.absorb_samples`` after the order, mode and
+        """The arguments of ``kernels.profiling.absorb_samples`` after the order, mode and
         profiled position: the filter stage passes them to the kernel call that profiles its
         batch, which then also absorbs the samples and detects (A-Greedy: corrects) a
         violation; ``absorbed`` does the rest with what that call returns. The tuple is built

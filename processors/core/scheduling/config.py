@@ -3,7 +3,8 @@
 Chain (Babcock et al., Sect. 4.1) is the default: it keeps the data queued between stages
 smallest during bursts. Chain-Flush (Sect. 5.2) adds a latency threshold, Mixed(gamma) (Sect.
 5.3) trades memory for latency without one; FIFO, Round-Robin and Greedy are the baselines the
-paper compares against; ``off`` leaves the order to Faust (no arbiter).
+paper compares against; ``off`` leaves the order to Faust (no arbiter). The policies are those
+of the registry ``POLICIES`` in :mod:`processors.core.scheduling.policies`, plus ``off``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-POLICIES = ("chain", "chain-flush", "mixed", "fifo", "round-robin", "greedy", "off")
+from processors.core.scheduling.policies import POLICIES as _REGISTRY
+
+#: the policies a query or ``streamon control`` may set: the registry's, and ``off``
+POLICY_NAMES: tuple[str, ...] = (*_REGISTRY, "off")
 #: most tuples an agent may process per grant before the arbiter decides again (Sect. 5.2
 #: suggests a bound, "e.g. 1000", so that a long queue cannot hold the processor; here the time
 #: quantum below is what bounds a turn, and this cap only keeps cheap stages' batches at the
@@ -42,9 +46,9 @@ class SchedulingConfig:
     stats_window_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
+        if self.policy not in POLICY_NAMES:
             raise SchedulingConfigError(
-                f"unknown scheduling policy {self.policy!r}; use one of {', '.join(POLICIES)}"
+                f"unknown scheduling policy {self.policy!r}; use one of {', '.join(POLICY_NAMES)}"
             )
         if self.policy == "chain-flush" and self.latency_ms is None:
             raise SchedulingConfigError("policy chain-flush needs latency_ms (the threshold)")

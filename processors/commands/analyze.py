@@ -69,7 +69,7 @@ def resolve(spec: AnalyzeSpec) -> tuple[str, str | None, str | None, list[str]]:
     """(result topic, schema JSON or name, query name, default keys) from the spec."""
     topic, schema, name, keys = spec.topic, spec.schema, spec.query_name, spec.keys
     if spec.query:
-        from processors.runtime.queries import load_plan
+        from processors.commands.queries import load_plan
 
         plan = load_plan(spec.query)
         topic = topic or plan.result_topic

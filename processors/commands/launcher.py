@@ -31,6 +31,7 @@ class WorkerProcess:
         worker_id: str,
         loglevel: str = "info",
         env: dict[str, str] | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.state_dir = state_dir
@@ -43,7 +44,7 @@ class WorkerProcess:
             **(env or {}),
         }
         cmd = [sys.executable, "-m", "processors.cli", "worker", str(query), "--id", worker_id,
-               "--loglevel", loglevel]  # fmt: skip
+               "--loglevel", loglevel, *(extra_args or [])]  # fmt: skip
         with open(self.log_path, "ab") as log_file:
             self.proc = subprocess.Popen(
                 cmd, env=environ, stdout=log_file, stderr=subprocess.STDOUT

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from processors.commands.publish import publish_batch
 from processors.core.batch import Batch, VarColumn
-from processors.runtime.publish import publish_batch
 from processors.workloads.network import NetworkWorkload, NetworkWorkloadRun, packet_schema
 from topics.admin import read_topic
 from topics.avro import SchemaStore, decode_single_object

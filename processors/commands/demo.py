@@ -14,10 +14,10 @@ import os
 import time
 from typing import Any
 
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.network_query import publish, query_text, stored
+from processors.physical.runner import QueryRunner
 from processors.runtime.config import load_settings, resolve_bootstrap
-from processors.runtime.launcher import WorkerProcess, wait_for_count
-from processors.runtime.network_query import publish, query_text, stored
-from processors.stages.query_stages import QueryStages
 from processors.workloads.network import NetworkWorkload, default_phases
 from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object
@@ -52,11 +52,12 @@ def expected_totals(text: str, bootstrap: str, prefix: str) -> tuple[int, int]:
     plan = _plan(text)
     total = packets = 0
     for p, batches in stored(bootstrap, prefix, 4, PARTITIONS).items():
-        stages = QueryStages(plan, p)
+        stages = QueryRunner(plan, p)
         for i, batch in enumerate(batches):
             stages.push(f"r{i}", batch)
-        assert stages.aggregate is not None
-        for values in stages.aggregate.current().values():
+        aggregate = stages.stage("aggregate")
+        assert aggregate is not None
+        for values in aggregate.current().values():
             total += int(values["total_bytes"])
             packets += int(values["packets"])
     return total, packets
@@ -123,7 +124,7 @@ def run_demo(records: int = 20_000) -> int:
         worker.stop()
     ok = latest == want
     if ok:  # Spark reads the results back; a machine without Java only skips this part
-        from processors.runtime.analyze import demo_analysis
+        from processors.commands.analyze import demo_analysis
 
         out = settings.state_dir / "demo" / f"{name}-analysis"
         ok = demo_analysis(bootstrap, query_file, want, out, _say) is not False

@@ -1,0 +1,155 @@
+"""The query builder's checks of names, constants, settings and the join graph.
+
+Each failure is a :class:`~processors.core.plan.QueryError` naming the stream, field, topic or
+setting at fault, because the user reads it, not a developer.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from processors.core.columns import Predicate
+from processors.core.equivalence import Components
+from processors.core.plan import ColumnRef, FieldInfo, JoinPredicate, QueryError
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_EQUALITY_ONLY = frozenset({"==", "!=", "in"})
+# adapt() settings checked for type here, so that a wrong one is named (OrderingConfig checks
+# ranges): setting -> (int or real, whether None is allowed)
+_ORDERING_TYPES = {
+    "profile_probability": ("real", True),
+    "window_tuples": ("int", True),
+    "window_ms": ("int", True),
+    "alpha": ("real", False),
+    "min_profile_tuples": ("int", False),
+    "cost_samples": ("int", False),
+    "seed": ("int", False),
+}
+
+
+def check_topic(topic: object, what: str) -> str:
+    """``topic`` if Kafka accepts it as a topic name, else a QueryError naming ``what``."""
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise QueryError(
+            f"{what}: invalid Kafka topic name {topic!r} "
+            "(1 to 249 characters of a-z A-Z 0-9 . _ -, and not '.' or '..')"
+        )
+    return topic
+
+
+def check_partitions(partitions: object, what: str) -> int | None:
+    """``partitions`` if it is None (whatever the topic has) or an int >= 1."""
+    if partitions is None:
+        return None
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise QueryError(f"{what}: partitions must be an int >= 1, got {partitions!r}")
+    return partitions
+
+
+def collides(a: str, b: str) -> bool:
+    """Kafka refuses topics that differ only in '.' versus '_' (their metric names clash)."""
+    return a.replace(".", "_") == b.replace(".", "_")
+
+
+def _fits(value: Any, family: str) -> bool:
+    if family in ("integer", "floating"):
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return isinstance(value, {"text": str, "bytes": bytes, "boolean": bool}[family])
+
+
+def _plain(value: Any) -> Any:
+    """Python scalars (numpy ones are not JSON-able)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def check_constants(pred: Predicate, info: FieldInfo) -> tuple[Any, ...]:
+    """The predicate's constants, normalized, if they fit the field's type; else QueryError."""
+    if (info.family == "boolean" or info.type == "enum") and pred.op not in _EQUALITY_ONLY:
+        raise QueryError(f"filter {pred}: {pred.op} is not defined on {info.type} field {pred.ref}")
+    for v in pred.values:
+        if not _fits(v, info.family):
+            raise QueryError(
+                f"filter {pred}: field {pred.ref} is {info.type} but {v!r} is {type(v).__name__}"
+            )
+        if info.symbols and v not in info.symbols:
+            raise QueryError(f"filter {pred}: {v!r} is not a symbol of enum field {pred.ref}")
+    out = tuple(_plain(v) for v in pred.values)
+    if pred.op == "between" and out[0] > out[1]:
+        raise QueryError(f"filter {pred}: low bound {out[0]!r} is above high bound {out[1]!r}")
+    return tuple(sorted(set(out))) if pred.op == "in" else out
+
+
+def check_ordering_type(name: str, value: Any) -> None:
+    """A QueryError naming the adapt() setting if ``value`` has the wrong type."""
+    if name == "costs":
+        if value is None:
+            return
+        if (
+            isinstance(value, str | bytes | Mapping)
+            or not isinstance(value, Iterable)
+            or not all(isinstance(c, numbers.Real) and not isinstance(c, bool) for c in value)
+        ):
+            raise QueryError(f"adapt(): costs must be a sequence of numbers, got {value!r}")
+        return
+    if name not in _ORDERING_TYPES:
+        return  # unknown settings: OrderingConfig.from_mapping names them
+    kind, nullable = _ORDERING_TYPES[name]
+    if value is None and nullable:
+        return
+    ok = isinstance(value, numbers.Integral if kind == "int" else numbers.Real)
+    if not ok or isinstance(value, bool):
+        what = "an int" if kind == "int" else "a number"
+        none = " or None" if nullable else ""
+        raise QueryError(
+            f"adapt(): {name} must be {what}{none}, got {value!r} ({type(value).__name__})"
+        )
+
+
+def check_joins(
+    query: str,
+    streams: list[str],
+    pairs: Iterable[tuple[ColumnRef, ColumnRef]],
+    field: Callable[[ColumnRef, str], FieldInfo],
+) -> tuple[JoinPredicate, ...]:
+    """The join predicates of ``pairs`` if they connect all ``streams`` by equalities of
+    comparable, non-floating columns; ``field`` looks a column up (and names a missing one)."""
+    joins: list[JoinPredicate] = []
+    for left, right in pairs:
+        what = f"join {left} = {right}"
+        li, ri = field(left, what), field(right, what)
+        if left.stream == right.stream:
+            how = "on the same field" if left.field == right.field else "on two of its fields"
+            raise QueryError(
+                f"{what}: joins stream {left.stream!r} with itself {how}; a join needs two "
+                "streams (for a self-join, declare the stream twice under two names)"
+            )
+        if li.family != ri.family:
+            raise QueryError(f"{what}: incompatible types {li.type} and {ri.type}")
+        if li.family == "floating":
+            raise QueryError(
+                f"{what}: joins on floating-point fields are not supported (equality of "
+                "floats is rarely meant); join on integer, string, bytes or enum fields"
+            )
+        if any({j.left, j.right} == {left, right} for j in joins):
+            raise QueryError(f"{what}: declared twice")
+        joins.append(JoinPredicate(left, right))
+    if len(streams) > 1 and not joins:
+        raise QueryError(
+            f"query {query!r} reads streams {', '.join(streams)} but declares no join "
+            "predicate (cross products are not supported): add join('a.x', 'b.y')"
+        )
+    parts = Components()
+    for j in joins:
+        parts.union(j.left.stream, j.right.stream)
+    groups = parts.groups(streams)
+    if len(groups) > 1:
+        listed = " | ".join("{" + ", ".join(g) + "}" for g in groups)
+        raise QueryError(f"streams not connected by joins: {listed}")
+    return tuple(joins)

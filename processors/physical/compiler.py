@@ -1,0 +1,139 @@
+"""The plan compiler: a validated logical plan -> the steps that run it (and their topics).
+
+Single-stream plans with filters at most run ingest -> filter (or pass-through) -> synthetic
+operators -> sink, stateless. Others run ingest -> one stateful step per stream (filters that
+commute with its window, the window, row ids for an unwindowed join input, the filters that must
+see the window's deltas) -> the MJoin (with several streams) -> the GROUP BY (with aggregates)
+-> sink, on the partitions :func:`processors.core.partitioning.partitioning` allows. The last
+step projects to the result fields. Both the worker and the in-process runner are built from
+the one list this returns.
+"""
+
+from __future__ import annotations
+
+from processors.core.partitioning import partitioning
+from processors.core.plan import LogicalPlan
+from processors.physical.steps import (
+    PhysicalPlan,
+    StageNode,
+    Step,
+    internal_topic,
+    state_topic,
+)
+from topics.specs import TopicSpec
+
+FILTER_STEP = "filter"
+#: synthetic operator steps are named OPERATOR_PREFIX + the operator's name
+OPERATOR_PREFIX = "op."
+
+
+def is_simple(plan: LogicalPlan) -> bool:
+    """One stream without window, projection or aggregate: ingest, filters, sink."""
+    return (
+        len(plan.streams) == 1 and not plan.windows and not plan.projected and not plan.aggregates
+    )
+
+
+def compile_plan(plan: LogicalPlan) -> PhysicalPlan:
+    """The steps, topics and partitioning of ``plan``."""
+    return _simple(plan) if is_simple(plan) else _general(plan)
+
+
+def _simple(plan: LogicalPlan) -> PhysicalPlan:
+    (stream,) = plan.streams
+    partitions = stream.partitions
+    ingest = internal_topic(plan.name, f"ingest.{stream.name}")
+    out = internal_topic(plan.name, "out")
+    chosen: list[tuple[str, StageNode, bool]] = []  # (step name, node, bulk)
+    if plan.filters:
+        chosen.append((FILTER_STEP, StageNode("filter", stream.name), True))
+    for op in plan.operators:
+        node = StageNode("synthetic", stream.name, operator=op.name)
+        chosen.append((OPERATOR_PREFIX + op.name, node, True))
+    if not chosen:
+        chosen.append(("passthrough", StageNode("passthrough", stream.name), False))
+    # each step reads what the one before wrote: ingest -> step 1 -> ... -> out
+    inputs = [ingest] + [internal_topic(plan.name, f"after.{name}") for name, _, _ in chosen[:-1]]
+    outputs = inputs[1:] + [out]
+    steps = [
+        Step(name, node.kind, {src: stream.name}, dst, partitions, (node,), False, bulk)
+        for (name, node, bulk), src, dst in zip(chosen, inputs, outputs, strict=True)
+    ]
+    specs = [
+        TopicSpec(stream.topic, partitions),
+        *(TopicSpec(t, partitions) for t in inputs),
+        TopicSpec(out, partitions),
+        TopicSpec(plan.result_topic, plan.result_partitions or 1),
+    ]
+    return PhysicalPlan(plan.name, {stream.name: ingest}, {stream.name: None}, steps, out, specs)
+
+
+def _stream_nodes(plan: LogicalPlan, stream: str, finish: bool) -> tuple[StageNode, ...]:
+    nodes = []
+    if plan.filters_on(stream, "below_window"):
+        nodes.append(StageNode("filter", stream, "below_window"))
+    if stream in plan.windows:
+        nodes.append(StageNode("window", stream))
+    elif len(plan.streams) > 1:
+        nodes.append(StageNode("row_ids", stream))
+    if plan.filters_on(stream, "above_window"):
+        nodes.append(StageNode("filter", stream, "above_window"))
+    if finish:
+        nodes.append(StageNode("project"))
+    return tuple(nodes)
+
+
+def _general(plan: LogicalPlan) -> PhysicalPlan:
+    part = partitioning(plan)
+    specs = [TopicSpec(s.topic, s.partitions or 1) for s in plan.streams]
+    ingest: dict[str, str] = {}
+    ingest_partition: dict[str, int | None] = {}
+    steps: list[Step] = []
+    multi = len(plan.streams) > 1
+    out = internal_topic(plan.name, "out")
+    agg_in = internal_topic(plan.name, "joined") if plan.aggregates else out
+    after_streams = internal_topic(plan.name, "delta") if multi else agg_in
+    after_partitions = part.join if multi else part.aggregate if plan.aggregates else part.join
+    for s in plan.streams:
+        topic = internal_topic(plan.name, f"ingest.{s.name}")
+        ingest[s.name] = topic
+        p = part.streams[s.name]
+        ingest_partition[s.name] = None if p == (s.partitions or 1) else 0
+        specs.append(TopicSpec(topic, p))
+        target = f"{after_streams}.{s.name}" if multi else after_streams
+        finish = not multi and not plan.aggregates
+        steps.append(
+            Step(
+                f"stream.{s.name}", "stream", {topic: s.name}, target,
+                part.join if multi else after_partitions,
+                _stream_nodes(plan, s.name, finish), True, stream=s.name, finish=finish,
+            )
+        )  # fmt: skip
+        if multi:
+            specs.append(TopicSpec(target, part.join))
+    if multi:
+        inputs = {f"{after_streams}.{s.name}": s.name for s in plan.streams}
+        finish = not plan.aggregates
+        nodes = (StageNode("mjoin"), *((StageNode("project"),) if finish else ()))
+        steps.append(
+            Step(
+                "mjoin", "mjoin", inputs, agg_in,
+                part.aggregate if plan.aggregates else part.join, nodes, True, finish=finish,
+            )
+        )  # fmt: skip
+    if plan.aggregates:
+        specs.append(TopicSpec(agg_in, part.aggregate))
+        nodes = (StageNode("aggregate"), StageNode("project"))
+        steps.append(
+            Step("aggregate", "aggregate", {agg_in: "joined"}, out, part.aggregate, nodes, True)
+        )
+    out_partitions = part.aggregate if plan.aggregates else part.join
+    specs += [
+        TopicSpec(out, out_partitions),
+        TopicSpec(plan.result_topic, plan.result_partitions or 1),
+        TopicSpec(state_topic(plan.name), 1, compacted=True),
+    ]
+    return PhysicalPlan(
+        plan.name, ingest, ingest_partition, steps, out, specs, part.to_json(),
+        state_topic=state_topic(plan.name),
+    )  # fmt: skip

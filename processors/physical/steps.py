@@ -1,0 +1,110 @@
+"""The physical plan as data: the steps a query runs as, the stages each step chains, the topics
+between them. Built by :func:`processors.physical.compiler.compile_plan`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from topics.specs import TopicSpec
+
+#: the agent that writes result records (the last hop of every path)
+SINK_AGENT = "sink"
+
+
+def internal_topic(query: str, name: str) -> str:
+    """An internal topic of ``query``: ``streamon.<query>.<name>``."""
+    return f"streamon.{query}.{name}"
+
+
+def state_topic(query: str) -> str:
+    """The compacted topic holding the snapshots of ``query``'s stateful steps."""
+    return internal_topic(query, "state")
+
+
+@dataclass(frozen=True)
+class StageNode:
+    """One stage of a step: its ``kind`` (a key of
+    :data:`processors.physical.kinds.STAGE_KINDS`) and what the builder needs to find its part
+    of the plan."""
+
+    kind: str
+    stream: str | None = None
+    #: filters: ``below_window``, ``above_window`` or None (every filter of the stream)
+    placement: str | None = None
+    #: synthetic operators: the operator's name
+    operator: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One agent of the query: reads ``in_topics`` (topic -> the stream its batches belong to),
+    runs ``nodes`` in order on each partition, writes ``out_topic``.
+
+    ``stateful`` steps keep state across batches (windows, joins, aggregates): they read all
+    their inputs in one agent and snapshot their state before offsets commit. Stateless ones
+    with ``bulk`` concatenate several envelopes into one ``process`` call."""
+
+    name: str
+    kind: str
+    in_topics: dict[str, str]
+    out_topic: str
+    out_partitions: int
+    nodes: tuple[StageNode, ...]
+    stateful: bool
+    bulk: bool = True
+    stream: str | None = None
+    finish: bool = False  # ends with the projection to the result fields
+
+    @property
+    def in_topic(self) -> str:
+        """The (first) input topic."""
+        return next(iter(self.in_topics))
+
+
+@dataclass
+class PhysicalPlan:
+    """The steps of a plan, in data-flow order, and the topics they need."""
+
+    query: str
+    ingest_topics: dict[str, str]  # stream -> envelope topic its ingest agent writes
+    #: stream -> partition its ingest writes every batch to (None: the record's own partition)
+    ingest_partition: dict[str, int | None]
+    steps: list[Step]
+    sink_topic: str
+    specs: list[TopicSpec]
+    partitioning: dict[str, Any] | None = None
+    state_topic: str | None = None  # set when a step is stateful
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stage_topics(self) -> list[tuple[str, str, str]]:
+        """(name, in topic, out topic) of the stateless steps."""
+        return [(s.name, s.in_topic, s.out_topic) for s in self.steps if not s.stateful]
+
+    @property
+    def stateful(self) -> list[Step]:
+        return [s for s in self.steps if s.stateful]
+
+    def step(self, name: str) -> Step:
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(f"no step {name!r} (steps: {[s.name for s in self.steps]})")
+
+    def reader_of(self, topic: str) -> Step | None:
+        """The step that reads ``topic`` (None: the sink's topic, or nobody's)."""
+        return next((s for s in self.steps if topic in s.in_topics), None)
+
+    def paths(self) -> dict[str, list[str]]:
+        """The operator paths of the scheduling model (Babcock et al., Sect. 4.3): per input
+        stream, the agents its tuples pass from its ingest agent to the sink."""
+        paths = {}
+        for stream, topic in self.ingest_topics.items():
+            path = [f"ingest.{stream}"]
+            step = self.reader_of(topic)
+            while step is not None:
+                path.append(step.name)
+                step = self.reader_of(step.out_topic)
+            paths[stream] = [*path, SINK_AGENT]
+        return paths

@@ -1,0 +1,124 @@
+"""What every agent of a worker shares: the context, the output path, and the two ways an agent
+stops the worker (output that cannot be written; state that cannot be restored).
+
+Failures split in two. Input that cannot be decoded or processed is data: it becomes a dead
+letter with the reason and the agent carries on. Output that cannot be written is not: Faust
+acks an event even when the agent raises, so carrying on could commit past lost output; the
+worker exits at once instead, without committing, and the input is delivered again on restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import NoReturn
+
+from processors.core.batch import Batch
+from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES, DEFAULT_QUANTUM_MS
+from processors.runtime.arbiter import Arbiter
+from processors.runtime.deadletter import DeadLetters
+from processors.runtime.faust_bulk import BulkApp, RecordBlock
+from processors.runtime.producer import RecordProducer
+from processors.runtime.stats import AgentStats, StatsBoard
+from topics.envelope import encode_envelopes
+
+log = logging.getLogger(__name__)
+
+#: what ``emit`` returns: tuples and bytes written
+Written = tuple[int, int]
+
+#: Exit status of a worker whose stored state cannot be restored (EX_CONFIG: an operator must
+#: decide; ``streamon worker --reset-state`` starts such partitions empty).
+EXIT_BAD_STATE = 78
+
+
+def stop_worker(message: str, code: int) -> NoReturn:
+    """Stop the process now, committing nothing, after logging ``message``."""
+    log.critical("%s", message)
+    logging.shutdown()
+    os._exit(code)
+
+
+#: Exit status of a worker that could not write its output (a supervisor should restart it).
+EXIT_OUTPUT_FAILED = 75
+
+
+def fatal(agent: str, exc: BaseException) -> NoReturn:
+    """Stop the process now, committing nothing, so that unwritten output is redone."""
+    stop_worker(
+        f"agent {agent} could not write its output, exiting without commit: {exc!r}",
+        EXIT_OUTPUT_FAILED,
+    )
+
+
+@dataclass
+class AgentContext:
+    """What every agent of one worker shares."""
+
+    app: BulkApp
+    board: StatsBoard
+    dead_letters: DeadLetters
+    producer: RecordProducer
+    #: who processes next (disabled: Faust's own order)
+    arbiter: Arbiter = field(default_factory=lambda: Arbiter(enabled=False))
+    #: most tuples (or records) an agent processes per turn
+    grant_tuples: int = DEFAULT_GRANT_TUPLES
+    #: how long a turn should last: an agent's turn holds about this much of its measured work
+    quantum_s: float = DEFAULT_QUANTUM_MS / 1000.0
+
+    def turn_tuples(self, stats: AgentStats, cap: int | None = None) -> int:
+        """Tuples for the agent's next turn: a quantum of its measured per-tuple time, at least
+        one, at most ``grant_tuples`` (and ``cap``). Without an arbiter, no limit but ``cap``."""
+        most = self.grant_tuples if cap is None else min(cap, self.grant_tuples)
+        if not self.arbiter.enabled:
+            return cap if cap is not None else 1 << 62
+        per_tuple_s = stats.ns_per_tuple / 1e9
+        if per_tuple_s <= 0:
+            return most
+        return max(1, min(most, int(self.quantum_s / per_tuple_s)))
+
+    def send_envelopes(
+        self, agent: str, topic: str, batch: Batch, partition: int, arrival_ms: int | None = None
+    ) -> int:
+        """Queue ``batch`` as envelopes on ``topic`` (timestamped with the arrival of its oldest
+        input tuple); delivery is checked before commits. Returns the bytes queued."""
+        written = 0
+        try:
+            for payload in encode_envelopes(batch):
+                self.producer.produce(topic, payload, partition=partition, timestamp_ms=arrival_ms)
+                written += len(payload)
+        except Exception as exc:
+            fatal(agent, exc)
+        return written
+
+    async def flush(self) -> None:
+        """The commit hook: every output acknowledged, or the process ends without commit."""
+        try:
+            await self.producer.flush()
+        except Exception as exc:
+            fatal("output producer", exc)
+
+
+def arrival_s(arrival_ms: int | float | None) -> float:
+    """An arrival time in seconds for the arbiter: never in the future, now when unknown."""
+    now = time.time()
+    if arrival_ms is None or arrival_ms <= 0:
+        return now
+    return min(arrival_ms / 1000.0, now)
+
+
+def block_dead_letter(
+    ctx: AgentContext, name: str, block: RecordBlock, index: int, reason: str
+) -> None:
+    """Record ``index`` of a fetched block goes to the dead-letter topic with its reason."""
+    ctx.dead_letters.send(
+        source_topic=block.topic,
+        partition=block.partition,
+        offset=block.offsets[index],
+        key=block.keys[index],
+        value=block.values[index],
+        reason=reason,
+        stage=name,
+    )
