@@ -78,6 +78,26 @@ def zoom_window(runs: Sequence[Run], end_us: float) -> tuple[float, float]:
     return lo, lo + ZOOM_US
 
 
+def _two_panels(title: str, runs: Sequence[Run], end_us: float) -> tuple[Any, Any, Any, Any]:
+    """A figure with the whole run on top and the zoom window (also returned) below."""
+    fig, (top, bottom) = plotting.plt.subplots(2, 1, figsize=(7.0, 6.0), dpi=plotting.DPI)
+    top.set_title(title, fontsize=10)
+    return fig, top, bottom, zoom_window(runs, end_us)
+
+
+def _finish_panels(top: Any, bottom: Any, zoom: tuple[float, float], ylabel: str) -> None:
+    """Shade the zoom window on the top panel; axis labels, grids and the legend."""
+    top.axvspan(zoom[0] / 1000, zoom[1] / 1000, color="0.9", zorder=0)
+    for ax, label in (
+        (top, f"whole run (peak per {BIN_US / 1000:g} ms)"),
+        (bottom, "zoom: the largest burst"),
+    ):
+        ax.set_xlabel(f"time (ms); {label}")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    top.legend(fontsize=8)
+
+
 def memory_outputs(
     out_dir: Path, stem: str, title: str, runs: Sequence[Run], end_us: float, notes: list[str]
 ) -> tuple[Path, Path]:
@@ -95,9 +115,7 @@ def memory_outputs(
         ["time_ms", *cols],
         [*notes, f"total queue size: peak KB per {BIN_US / 1000:g} ms from time_ms on"],
     )
-    fig, (top, bottom) = plotting.plt.subplots(2, 1, figsize=(7.0, 6.0), dpi=plotting.DPI)
-    top.set_title(title, fontsize=10)
-    lo, hi = zoom_window(runs, end_us)
+    fig, top, bottom, (lo, hi) = _two_panels(title, runs, end_us)
     for i, run in enumerate(runs):
         style = style_of(run.label, i)
         top.plot(edges[:-1] / 1000, cols[run.label], label=run.label, lw=0.7, **style)
@@ -106,15 +124,7 @@ def memory_outputs(
         sel = (t >= lo) & (t <= hi)
         if sel.any():
             bottom.step(t[sel] / 1000, m[sel], where="post", lw=0.8, **style)
-    top.axvspan(lo / 1000, hi / 1000, color="0.9", zorder=0)
-    for ax, label in (
-        (top, f"whole run (peak per {BIN_US / 1000:g} ms)"),
-        (bottom, "zoom: the largest burst"),
-    ):
-        ax.set_xlabel(f"time (ms); {label}")
-        ax.set_ylabel("total queue size (KB)")
-        ax.grid(True, alpha=0.3)
-    top.legend(fontsize=8)
+    _finish_panels(top, bottom, (lo, hi), "total queue size (KB)")
     png = save_png(fig, out_dir / f"{stem}_memory.png")
     return csv, png
 
@@ -151,9 +161,7 @@ def latency_outputs(
             f"units among the blocks leaving in each {BIN_US / 1000:g} ms (empty: none left)",
         ],
     )
-    fig, (top, bottom) = plotting.plt.subplots(2, 1, figsize=(7.0, 6.0), dpi=plotting.DPI)
-    top.set_title(title, fontsize=10)
-    lo, hi = zoom_window(runs, end_us)
+    fig, top, bottom, (lo, hi) = _two_panels(title, runs, end_us)
     for i, run in enumerate(runs):
         x, y = series[run.label]
         style = style_of(run.label, i)
@@ -165,15 +173,7 @@ def latency_outputs(
     for th in thresholds_ms:
         for ax in (top, bottom):
             ax.axhline(th, color="0.5", ls=":", lw=0.8)
-    top.axvspan(lo / 1000, hi / 1000, color="0.9", zorder=0)
-    for ax, label in (
-        (top, f"whole run (peak per {BIN_US / 1000:g} ms)"),
-        (bottom, "zoom: the largest burst"),
-    ):
-        ax.set_xlabel(f"time (ms); {label}")
-        ax.set_ylabel("output latency (ms)")
-        ax.grid(True, alpha=0.3)
-    top.legend(fontsize=8)
+    _finish_panels(top, bottom, (lo, hi), "output latency (ms)")
     png = save_png(fig, out_dir / f"{stem}.png")
     return csv, png
 

@@ -449,9 +449,7 @@ class AggregateStage(StageBase):
             list(state["group_by"]) != list(stage.group_by)
             or [tuple(a) for a in state["aggregates"]] != config
         ):
-            raise SnapshotError(
-                f"{name}: snapshot was taken with another group_by or aggregates"
-            )
+            raise SnapshotError(f"{name}: snapshot was taken with another group_by or aggregates")
         if state["schema"] is not None:
             stage._bind(state["schema"])
             stage._load(state)

@@ -27,13 +27,7 @@ from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import InIndex, Predicate, plan_predicates
-from processors.kernels.index_filters import (
-    IndexFilters,
-    MainPass,
-    Sampling,
-    run_index_filters,
-    run_index_filters_absorbing,
-)
+from processors.kernels.index_filters import run_index_filters, run_index_filters_absorbing
 from processors.kernels.intrinsics import ns_per_cycle
 from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
 from processors.kernels.profiling import finish_profiles, mark_dropped, profile_step, sample_rows
@@ -328,13 +322,15 @@ class FilterStage(StageBase):
         evals[:] = 0
         cyc[:] = 0
         reopt_part = self.reoptimizer.profiles and profiling
+        # plain tuples in the field order of IndexFilters, MainPass and Sampling: numba types
+        # them faster per call than the NamedTuples
         head = (
-            IndexFilters(
+            (
                 cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
                 tuple(ix.zero_slot for ix in indexes), self._probes,
             ),
-            MainPass(reopt.order, sels, size, counts, evals, cyc, self._hits, ticks),
-            Sampling(
+            (reopt.order, sels, size, counts, evals, cyc, self._hits, ticks),
+            (
                 self.config.p if profiling else 0.0, PROFILE_RUN, self._rng_state, self._samples,
                 self._dropped_at, self._bits, self._codes, reopt.mode, reopt.column,
                 self.profile_evaluations, self.profile_repeats,
