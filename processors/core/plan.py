@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from processors.core.ordering.config import OrderingConfig
 from processors.core.scheduling.config import SchedulingConfig
@@ -163,12 +163,32 @@ class SyntheticOperator:
     cost_us: float
     selectivity: float
     key: str
+    kind: ClassVar[str] = "synthetic"
 
     def __str__(self) -> str:
         return (
             f"{self.name}(cost {self.cost_us:g} us, selectivity {self.selectivity:g}, "
             f"by {self.key})"
         )
+
+
+@dataclass(frozen=True)
+class OperatorNode:
+    """A stage of a registered kind after a single stream's filters (``Query.apply``): ``kind``
+    names an entry of :data:`processors.physical.kinds.STAGE_KINDS`, whose builder reads
+    ``params`` (plain values). The plan node of any operator that needs no plan shape of its
+    own (``docs/architecture.md``, "Adding an operator")."""
+
+    kind: str
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return dict(self.params).get(key, default)
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params)
+        return f"{self.name}: {self.kind}({args})"
 
 
 @dataclass(frozen=True)
@@ -193,7 +213,8 @@ class LogicalPlan:
     group_by: tuple[ColumnRef, ...] = ()
     aggregates: tuple[AggregateSpec, ...] = ()
     lateness_ms: int = 0  # bounded lateness of the window stages (out-of-order event time)
-    operators: tuple[SyntheticOperator, ...] = ()  # synthetic stages after the filters
+    # stages after the filters of a single stream (synthetic or of a registered kind)
+    operators: tuple[SyntheticOperator | OperatorNode, ...] = ()
     # how the worker's arbiter shares the processor among the agents (Query.schedule)
     scheduling: SchedulingConfig | None = None
 

@@ -42,6 +42,7 @@ from processors.core.plan import (
     Filter,
     JoinPredicate,
     LogicalPlan,
+    OperatorNode,
     OutputColumn,
     QueryError,
     StreamSpec,
@@ -81,7 +82,7 @@ class Query:
         self._group_by: tuple[ColumnRef, ...] | None = None
         self._aggregates: list[tuple[str, str, ColumnRef | None]] = []
         self._lateness_ms = 0
-        self._operators: list[SyntheticOperator] = []
+        self._operators: list[SyntheticOperator | OperatorNode] = []
         self._scheduling: SchedulingConfig | None = None
 
     def stream(
@@ -269,6 +270,25 @@ class Query:
         )
         return self
 
+    def apply(self, kind: str, name: str, **params: Any) -> Query:
+        """A stage of a registered ``kind`` (``processors.physical.kinds.STAGE_KINDS``) after
+        the filters of a single-stream query, as its own agent, with ``params`` (plain values)
+        for its builder, which checks them when the plan is compiled."""
+        if not isinstance(kind, str) or not _NAME.fullmatch(kind):
+            raise QueryError(f"apply(): kind {kind!r} must be an identifier")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise QueryError(f"apply(): name {name!r} must be an identifier")
+        if any(o.name == name for o in self._operators):
+            raise QueryError(f"apply(): {name!r} is declared twice")
+        for key, value in params.items():
+            if value is not None and not isinstance(value, str | int | float | bool):
+                raise QueryError(
+                    f"apply() {name}: parameter {key}={value!r} must be a string, number, "
+                    "boolean or None"
+                )
+        self._operators.append(OperatorNode(kind, name, tuple(sorted(params.items()))))
+        return self
+
     def schedule(self, policy: str = "chain", **settings: Any) -> Query:
         """How the worker shares its processor among the query's agents (Babcock et al.):
         ``chain`` (default), ``chain-flush`` (with ``latency_ms``), ``mixed`` (with ``gamma``),
@@ -336,17 +356,23 @@ class Query:
 
     def _checked_operators(
         self, windows: Mapping[str, Window], joins: Any, aggregates: Any
-    ) -> tuple[SyntheticOperator, ...]:
-        """Synthetic operators run on a single stream between its filters and the sink."""
+    ) -> tuple[SyntheticOperator | OperatorNode, ...]:
+        """Operators run on a single stream between its filters and the sink."""
         if not self._operators:
             return ()
         if len(self._streams) > 1 or windows or joins or aggregates or self._select is not None:
             raise QueryError(
                 "operator(): synthetic operators need a single-stream query without windows, "
                 "joins, select() or aggregates"
+                if any(isinstance(o, SyntheticOperator) for o in self._operators)
+                else "apply(): operators need a single-stream query without windows, joins, "
+                "select() or aggregates"
             )
-        checked = []
+        checked: list[SyntheticOperator | OperatorNode] = []
         for op in self._operators:
+            if isinstance(op, OperatorNode):
+                checked.append(op)
+                continue
             ref = parse_ref(op.key, f"operator {op.name}: key")
             info = self._field(ref, f"operator {op.name}: key")
             if info.type not in INTEGER:

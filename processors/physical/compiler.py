@@ -12,7 +12,8 @@ the one list this returns.
 from __future__ import annotations
 
 from processors.core.partitioning import partitioning
-from processors.core.plan import LogicalPlan
+from processors.core.plan import LogicalPlan, OperatorNode
+from processors.physical.kinds import check_operator
 from processors.physical.steps import (
     PhysicalPlan,
     StageNode,
@@ -41,23 +42,24 @@ def compile_plan(plan: LogicalPlan) -> PhysicalPlan:
 
 def _simple(plan: LogicalPlan) -> PhysicalPlan:
     (stream,) = plan.streams
-    partitions = stream.partitions
+    partitions = stream.partitions or 1
     ingest = internal_topic(plan.name, f"ingest.{stream.name}")
     out = internal_topic(plan.name, "out")
-    chosen: list[tuple[str, StageNode, bool]] = []  # (step name, node, bulk)
+    chosen: list[tuple[str, StageNode, bool, bool]] = []  # (step name, node, bulk, stateful)
     if plan.filters:
-        chosen.append((FILTER_STEP, StageNode("filter", stream.name), True))
+        chosen.append((FILTER_STEP, StageNode("filter", stream.name), True, False))
     for op in plan.operators:
-        node = StageNode("synthetic", stream.name, operator=op.name)
-        chosen.append((OPERATOR_PREFIX + op.name, node, True))
+        stateful = isinstance(op, OperatorNode) and check_operator(plan, op).stateful
+        node = StageNode(op.kind, stream.name, operator=op.name)
+        chosen.append((OPERATOR_PREFIX + op.name, node, True, stateful))
     if not chosen:
-        chosen.append(("passthrough", StageNode("passthrough", stream.name), False))
+        chosen.append(("passthrough", StageNode("passthrough", stream.name), False, False))
     # each step reads what the one before wrote: ingest -> step 1 -> ... -> out
-    inputs = [ingest] + [internal_topic(plan.name, f"after.{name}") for name, _, _ in chosen[:-1]]
+    inputs = [ingest] + [internal_topic(plan.name, f"after.{c[0]}") for c in chosen[:-1]]
     outputs = inputs[1:] + [out]
     steps = [
-        Step(name, node.kind, {src: stream.name}, dst, partitions, (node,), False, bulk)
-        for (name, node, bulk), src, dst in zip(chosen, inputs, outputs, strict=True)
+        Step(name, node.kind, {src: stream.name}, dst, partitions, (node,), stateful, bulk)
+        for (name, node, bulk, stateful), src, dst in zip(chosen, inputs, outputs, strict=True)
     ]
     specs = [
         TopicSpec(stream.topic, partitions),
@@ -65,7 +67,14 @@ def _simple(plan: LogicalPlan) -> PhysicalPlan:
         TopicSpec(out, partitions),
         TopicSpec(plan.result_topic, plan.result_partitions or 1),
     ]
-    return PhysicalPlan(plan.name, {stream.name: ingest}, {stream.name: None}, steps, out, specs)
+    state = None
+    if any(step.stateful for step in steps):
+        state = state_topic(plan.name)
+        specs.append(TopicSpec(state, 1, compacted=True))
+    return PhysicalPlan(
+        plan.name, {stream.name: ingest}, {stream.name: None}, steps, out, specs,
+        state_topic=state,
+    )  # fmt: skip
 
 
 def _stream_nodes(plan: LogicalPlan, stream: str, finish: bool) -> tuple[StageNode, ...]:

@@ -6,8 +6,9 @@ partition from the plan, so nothing in the runtime knows any kind by name."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from processors.core.plan import LogicalPlan
+from processors.core.plan import LogicalPlan, OperatorNode, QueryError
 from processors.core.predicates import plan_predicates
 from processors.physical.steps import StageNode
 from processors.stages.aggregate_stage import Aggregate, AggregateStage
@@ -20,6 +21,19 @@ from processors.stages.window_stage import WindowStage
 
 #: makes the stage of ``node`` for one partition of a query
 StageBuilder = Callable[[LogicalPlan, StageNode, int], Stage]
+#: checks an operator's plan node (``Query.apply``) against the plan; raises QueryError
+OperatorCheck = Callable[[LogicalPlan, OperatorNode], None]
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """A registry entry: how to build the stage, whether it keeps state (its step is then
+    snapshotted like a window's), and, for kinds users place with ``Query.apply``, how to check
+    their parameters when the plan is compiled."""
+
+    build: StageBuilder
+    stateful: bool = False
+    check: OperatorCheck | None = None
 
 
 def _filter(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
@@ -87,22 +101,35 @@ def _passthrough(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     return PassThroughStage("passthrough")
 
 
-STAGE_KINDS: dict[str, StageBuilder] = {
-    "filter": _filter,
-    "window": _window,
-    "row_ids": _row_ids,
-    "mjoin": _mjoin,
-    "aggregate": _aggregate,
-    "project": _project,
-    "synthetic": _synthetic,
-    "passthrough": _passthrough,
+STAGE_KINDS: dict[str, StageKind] = {
+    "filter": StageKind(_filter),
+    "window": StageKind(_window, stateful=True),
+    "row_ids": StageKind(_row_ids, stateful=True),
+    "mjoin": StageKind(_mjoin, stateful=True),
+    "aggregate": StageKind(_aggregate, stateful=True),
+    "project": StageKind(_project),
+    "synthetic": StageKind(_synthetic),
+    "passthrough": StageKind(_passthrough),
 }
+
+
+def stage_kind(kind: str, what: str) -> StageKind:
+    """The registry entry of ``kind``; a QueryError naming ``what`` asked for it if none."""
+    try:
+        return STAGE_KINDS[kind]
+    except KeyError:
+        raise QueryError(f"{what}: no stage kind {kind!r} (kinds: {sorted(STAGE_KINDS)})") from None
+
+
+def check_operator(plan: LogicalPlan, op: OperatorNode) -> StageKind:
+    """An operator's registry entry, after its own check of the node's parameters."""
+    entry = stage_kind(op.kind, f"operator {op.name}")
+    if entry.check is None:
+        raise QueryError(f"operator {op.name}: stage kind {op.kind!r} is not placed by apply()")
+    entry.check(plan, op)
+    return entry
 
 
 def build_stage(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     """The stage of ``node`` for ``partition`` of ``plan``."""
-    try:
-        builder = STAGE_KINDS[node.kind]
-    except KeyError:
-        raise ValueError(f"no stage kind {node.kind!r} (kinds: {sorted(STAGE_KINDS)})") from None
-    return builder(plan, node, partition)
+    return stage_kind(node.kind, "stage").build(plan, node, partition)
