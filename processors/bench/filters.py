@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from processors.bench.machine import machine_info
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.static import optimal_order, order_cost
 from processors.core.predicates import InIndex
@@ -175,18 +176,5 @@ def run_filters_bench(tuples: int = 16_000_000, kafka: bool = True) -> dict[str,
         e2e = agent_vs_passthrough(None, tuples=2_000_000, repeats=2)
         results.update(e2e)
         results["agent_vs_passthrough"] = e2e["agent_vs_passthrough"]
-    results["machine"] = _machine()
+    results["machine"] = machine_info()
     return results
-
-
-def _machine() -> dict[str, Any]:
-    import os
-    import platform
-
-    return {
-        "cpus": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d"),
-        "numpy": np.__version__,
-    }

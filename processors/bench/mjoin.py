@@ -135,7 +135,7 @@ def run_mjoin_bench(tuples: int = 400_000, kafka: bool = True) -> dict[str, Any]
         _say("end to end through Kafka: the network-monitoring join against pass-through")
         e2e = network_vs_passthrough()
         results.update(e2e)
-    from processors.bench.filters import _machine
+    from processors.bench.machine import machine_info
 
-    results["machine"] = _machine()
+    results["machine"] = machine_info()
     return results

@@ -4,13 +4,13 @@ queued bytes and latency per policy.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from processors.bench.machine import machine_info
 from processors.experiments.chain_live_setup import (
     LiveChart,
     LiveSetup,
@@ -71,7 +71,7 @@ def summary_of(
         "chart": points,
     }
     out["setup"] = asdict(setup)
-    out["machine"] = _machine()
+    out["machine"] = machine_info()
     return out
 
 
@@ -202,15 +202,3 @@ def _binned_latency(latencies: np.ndarray, width_s: float = 0.25) -> list[tuple[
         mask = bins == b
         out.append((float((b + 0.5) * width_s), float(latencies[mask, 1].mean())))
     return out
-
-
-def _machine() -> dict[str, Any]:
-    import os
-    import platform
-
-    return {
-        "cpus": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d"),
-    }

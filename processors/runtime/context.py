@@ -93,6 +93,22 @@ class AgentContext:
             fatal(agent, exc)
         return written
 
+    def emit(
+        self,
+        agent: str,
+        topic: str,
+        outputs: list[Batch],
+        partition: int,
+        arrival_ms: int | None = None,
+    ) -> Written:
+        """Queue every non-empty batch of ``outputs`` on ``topic``'s ``partition``; returns the
+        tuples and bytes queued (what an agent's statistics count as its output)."""
+        written = 0
+        for output in outputs:
+            if len(output):
+                written += self.send_envelopes(agent, topic, output, partition, arrival_ms)
+        return sum(len(o) for o in outputs), written
+
     async def flush(self) -> None:
         """The commit hook: every output acknowledged, or the process ends without commit."""
         try:

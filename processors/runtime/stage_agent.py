@@ -53,10 +53,7 @@ def add_stage_agent(
         return units.get(partition).unit.process(batch)
 
     def emit(outputs: list[Batch], partition: int, arrival_ms: int | None) -> Written:
-        written = sum(
-            ctx.send_envelopes(name, out_topic, output, partition, arrival_ms) for output in outputs
-        )
-        return sum(len(o) for o in outputs), written
+        return ctx.emit(name, out_topic, outputs, partition, arrival_ms)
 
     units.connect(ctx.app, ctx.flush)
     plan = units.plan

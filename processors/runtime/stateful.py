@@ -52,11 +52,7 @@ def add_stateful_agent(
 
     def emit(outputs: list[Batch], partition: int, arrival_ms: int | None) -> tuple[int, int]:
         target = partition if out_partitions > 1 else 0
-        written = 0
-        for output in outputs:
-            if len(output):
-                written += ctx.send_envelopes(name, out_topic, output, target, arrival_ms)
-        return sum(len(o) for o in outputs), written
+        return ctx.emit(name, out_topic, outputs, target, arrival_ms)
 
     def stage_dead_letters(part: Held, block: RecordBlock) -> None:
         for batch, reason in part.unit.take_dead_letters():
