@@ -27,11 +27,12 @@ from topics.specs import TopicSpec
 
 PARTITIONS = 4
 QUERY = """\
-from processors.core.query import Query
+from processors.core.query import Query, col
 from topics.avro import load_schema
 query = Query({name!r})
 query.stream("r", topic={topic!r}, schema=load_schema({schema!r}), key="sensor_id",
              timestamp="ts", partitions={partitions})
+{where}
 query.into({result!r}, partitions={partitions})
 """
 
@@ -39,8 +40,16 @@ query.into({result!r}, partitions={partitions})
 class Pipeline:
     """One query's topics, query file and workers, for one test."""
 
-    def __init__(self, bootstrap: str, tmp_path: Path, name: str, schema: str = "reading") -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        tmp_path: Path,
+        name: str,
+        schema: str = "reading",
+        only_ok: bool = False,
+    ) -> None:
         self.bootstrap = bootstrap
+        self.only_ok = only_ok  # the query keeps the readings with ok == True (a filter stage)
         self.state_dir = tmp_path / "state"
         self.name = name
         self.topic, self.result = f"{name}.in", f"{name}.out"
@@ -53,6 +62,7 @@ class Pipeline:
                 result=self.result,
                 schema=schema,
                 partitions=PARTITIONS,
+                where='query.where(col("r.ok") == True)' if only_ok else "",
             )  # fmt: skip
         )
         self.workers: list[WorkerProcess] = []
@@ -77,7 +87,12 @@ class Pipeline:
         time.sleep(2.0)  # let any duplicates land before the exact count
 
     def inputs(self) -> Counter:
-        return Counter((r.key, r.value) for r in read_topic(self.bootstrap, self.topic))
+        """The input records, those the query keeps."""
+        records = read_topic(self.bootstrap, self.topic)
+        if self.only_ok:
+            schema, store = load_schema("reading"), SchemaStore()
+            records = [r for r in records if decode_single_object(r.value, schema, store)["ok"]]
+        return Counter((r.key, r.value) for r in records)
 
     def outputs(self) -> Counter:
         return Counter((r.key, r.value) for r in read_topic(self.bootstrap, self.result))
@@ -90,6 +105,13 @@ class Pipeline:
 @pytest.fixture
 def pipeline(bootstrap: str, tmp_path: Path, topic_name: str):
     p = Pipeline(bootstrap, tmp_path, topic_name)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def filter_pipeline(bootstrap: str, tmp_path: Path, topic_name: str):
+    p = Pipeline(bootstrap, tmp_path, topic_name, only_ok=True)
     yield p
     p.close()
 
@@ -140,11 +162,12 @@ def test_two_workers_share_the_partitions(pipeline: Pipeline) -> None:
     assert all(n > 0 for n in ingested), f"one worker got no partition: {ingested}"
 
 
-def _stop_mid_stream(pipeline: Pipeline, stop: str) -> None:
-    """Publish 40 chunks over ~8 s while the worker runs; stop it half-way; restart it."""
+def _stop_mid_stream(pipeline: Pipeline, stop: str) -> int:
+    """Publish 40 chunks over ~8 s while the worker runs; stop it half-way; restart it.
+    Returns how many results the query must give (the input records it keeps)."""
     worker = pipeline.start("w1")
     pipeline.publish(1_000, seed=100)
-    pipeline.wait(1_000)  # the worker is up and consuming
+    pipeline.wait(sum(pipeline.inputs().values()))  # the worker is up and consuming
 
     def publish_the_rest() -> None:
         for i in range(39):
@@ -162,13 +185,30 @@ def _stop_mid_stream(pipeline: Pipeline, stop: str) -> None:
     assert 1_000 < in_flight < 40_000, "the stop did not land mid-stream"
     pipeline.start("w1-again")
     publisher.join()
-    pipeline.wait(40_000)
+    kept = sum(pipeline.inputs().values())
+    pipeline.wait(kept)
+    return kept
 
 
 def test_sigterm_mid_stream_then_restart_loses_and_duplicates_nothing(pipeline: Pipeline) -> None:
     _stop_mid_stream(pipeline, "term")
     assert pipeline.outputs() == pipeline.inputs()
     assert sum(pipeline.inputs().values()) == 40_000
+
+
+def test_a_filter_query_stopped_with_sigterm_is_exact_after_a_restart(
+    filter_pipeline: Pipeline,
+) -> None:
+    kept = _stop_mid_stream(filter_pipeline, "term")
+    assert filter_pipeline.outputs() == filter_pipeline.inputs()
+    assert sum(filter_pipeline.inputs().values()) == kept
+
+
+def test_a_filter_query_killed_with_sigkill_loses_nothing(filter_pipeline: Pipeline) -> None:
+    _stop_mid_stream(filter_pipeline, "kill")
+    inputs, outputs = filter_pipeline.inputs(), filter_pipeline.outputs()
+    assert not inputs - outputs, "input records the filter keeps never came out"
+    assert set(outputs) == set(inputs)
 
 
 def test_sigkill_then_restart_keeps_every_record(
