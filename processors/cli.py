@@ -1,11 +1,14 @@
-"""The ``streamon`` command."""
+"""The ``streamon`` command line: parsing, dispatch to processors.commands, error exits."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +16,31 @@ from processors.core.scheduling.config import POLICY_NAMES
 from processors.runtime.broker import BrokerError, broker_status, start_broker, stop_broker
 from processors.runtime.config import ConfigError, load_settings, resolve_bootstrap
 from topics.admin import TopicError
+
+DESCRIPTION = """\
+streamon: a Kafka-native adaptive stream processor. Declare a continuous query in Python
+(filters, windowed joins and aggregates over Avro topics); workers run it on Kafka and adapt
+filter orders, join orders and scheduling to the data as it changes.
+
+main commands:
+  broker start|status|stop    the embedded development broker (no Kafka install needed)
+  plan QUERY                  validate a query and print its logical plan
+  worker QUERY                run a worker; several workers share a query's partitions
+  demo                        the network-monitoring demo, end to end on the embedded broker
+  analyze QUERY               Spark analytics of a query's result topic and of its stats
+  schema check|fingerprint|register FILE
+                              an Avro schema file against the schema path and the registry
+  control policy QUERY NAME   change a running query's scheduling policy
+  bench, experiment           benchmarks and the papers' experiments
+
+QUERY is a .py file defining `query`, a module:attr, or a built-in name (readings).
+Kafka: STREAMON_BOOTSTRAP or `bootstrap` in streamon.toml; without them the embedded broker
+is used. `streamon COMMAND --help` shows a command's options.
+"""
+
+#: exit status when stdout is closed early (`streamon plan q.py | head`): 128 + SIGPIPE, what
+#: the shell reports for cat, seq and other tools killed by SIGPIPE in the same place
+EXIT_BROKEN_PIPE = 141
 
 
 def _broker(args: argparse.Namespace) -> int:
@@ -28,6 +56,11 @@ def _broker(args: argparse.Namespace) -> int:
     info = broker_status(settings.state_dir)
     if info is None:
         print("not running")
+        print(
+            f"(no broker recorded in {settings.state_dir}: the state directory of this folder "
+            "and its parents; STREAMON_STATE_DIR names another)",
+            file=sys.stderr,
+        )
         return 1
     print(f"running: {info.bootstrap} (pid {info.pid}, log {info.log_path})")
     return 0
@@ -115,6 +148,39 @@ def _analyze(args: argparse.Namespace) -> int:
     return run_analyze(spec, master=args.master)
 
 
+def _natural(name: str) -> list[object]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def experiment_names_text() -> str:
+    """The experiments by name, for ``experiment --help`` (imports them: about 1.5 s)."""
+    from processors.experiments import LIVE_EXPERIMENTS, all_experiments
+
+    def block(title: str, names: list[str]) -> str:
+        body = textwrap.fill(", ".join(sorted(names, key=_natural)), 88, break_on_hyphens=False)
+        return f"{title}\n{textwrap.indent(body, '  ')}"
+
+    return "\n\n".join([
+        block("experiments (in the simulator or in process; 'all' runs every one):",
+              list(all_experiments())),
+        block("live experiments (workers on the broker, minutes each; by name only):",
+              list(LIVE_EXPERIMENTS)),
+    ])  # fmt: skip
+
+
+class _ExperimentHelp(argparse.Action):
+    """``experiment -h``: lists the experiments, imported only when help is asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # fmt: skip
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        parser.epilog = experiment_names_text()
+        parser.print_help()
+        parser.exit()
+
+
 def _experiment(args: argparse.Namespace) -> int:
     from processors.experiments import EXPERIMENTS, LIVE_EXPERIMENTS, run_experiment
 
@@ -134,6 +200,16 @@ def _experiment(args: argparse.Namespace) -> int:
         for path in run_experiment(name, Path(args.out), scale=args.scale, seed=args.seed):
             print(f"wrote {path}")
     return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from processors.commands import schema_cmd
+
+    if args.action == "fingerprint":
+        return schema_cmd.run_fingerprint(args.file)
+    if args.action == "register":
+        return schema_cmd.run_register(args.file, load_settings(), args.subject)
+    return schema_cmd.run_check(args.file, load_settings())
 
 
 def _control(args: argparse.Namespace) -> int:
@@ -163,7 +239,11 @@ def _control(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamon", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="streamon",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     broker = sub.add_parser("broker", help="the embedded development broker (tansu)")
@@ -232,9 +312,11 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.set_defaults(func=_analyze)
 
     experiment = sub.add_parser(
-        "experiment", help="reproduce a paper experiment (CSV and PNG); NAME or 'all'"
-    )
-    experiment.add_argument("name")
+        "experiment", help="reproduce a paper experiment (CSV and PNG); NAME or 'all'",
+        add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    experiment.add_argument("-h", "--help", action=_ExperimentHelp, help="list the experiments")
+    experiment.add_argument("name", help="an experiment's name (listed below) or 'all'")
     experiment.add_argument("--out", default="docs/experiments", help="output directory")
     experiment.add_argument("--scale", type=float, default=1.0, help="1.0: full size")
     experiment.add_argument("--seed", type=int, default=0)
@@ -257,10 +339,46 @@ def build_parser() -> argparse.ArgumentParser:
     control.add_argument("--gamma", type=float, default=None, help="mixed: slope threshold")
     control.add_argument("--quantum-ms", type=float, default=None, help="length of a turn")
     control.set_defaults(func=_control)
+
+    schema = sub.add_parser(
+        "schema", help="an Avro schema file: its fingerprint, registration, the schema path",
+        description="The schema path, searched in this order for NAME.avsc and for the writer "
+        "schema of a single-object message's fingerprint: the folders in STREAMON_SCHEMAS "
+        "(separated by ':'), the project's schemas/, then the schema registry when one is "
+        "configured (STREAMON_SCHEMA_REGISTRY_URL). Fingerprints print as the 8 bytes after C3 "
+        "01 in a message, in wire order.",
+    )  # fmt: skip
+    schema.add_argument(
+        "action", choices=["fingerprint", "register", "check"],
+        help="fingerprint: CRC-64-AVRO as header bytes and integer; register: with the "
+        "configured registry, prints the id; check: valid Avro, and found on the schema path",
+    )  # fmt: skip
+    schema.add_argument("file", help="an .avsc file")
+    schema.add_argument(
+        "--subject", default=None, help="register: subject (default: the schema's full name)"
+    )
+    schema.set_defaults(func=_schema)
     return parser
 
 
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as cat or seq would."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush must not fail again
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # output still buffered meets the closed pipe here, not at exit
+    except BrokenPipeError:
+        return _stdout_closed()
+    return status
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

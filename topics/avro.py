@@ -20,6 +20,7 @@ import json
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,36 @@ class SchemaError(ValueError):
     """A schema is invalid, unknown, unsupported, or cannot be resolved; the text names it."""
 
 
+ENV_SCHEMAS = "STREAMON_SCHEMAS"
+
+
+def project_schemas_dir() -> Path:
+    """streamon's own schemas/ folder (stats, control, dead letters, the examples)."""
+    return Path(__file__).resolve().parents[1] / "schemas"
+
+
+def schema_path() -> list[Path]:
+    """Folders searched for .avsc files, in order: each of $STREAMON_SCHEMAS (os.pathsep
+    separated), then the project's schemas/. A configured registry is searched after these."""
+    extra = [Path(d).expanduser() for d in os.environ.get(ENV_SCHEMAS, "").split(os.pathsep)]
+    out: list[Path] = []
+    for d in [*(d for d in extra if str(d).strip() and str(d) != "."), project_schemas_dir()]:
+        if d not in out:
+            out.append(d)
+    return out
+
+
 def schemas_dir() -> Path:
-    """Where streamon's .avsc files live: $STREAMON_SCHEMAS, else the repository's schemas/."""
-    env = os.environ.get("STREAMON_SCHEMAS")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "schemas"
+    """The first folder of the schema path: $STREAMON_SCHEMAS's first, else schemas/."""
+    return schema_path()[0]
+
+
+def fingerprint_hex(fp: int) -> str:
+    """A fingerprint as every streamon message prints it: the hex of the 8 bytes that follow
+    ``C3 01`` in a single-object header, in wire order (CRC-64-AVRO is little-endian). This is
+    what fastavro's ``fingerprint``, the apache ``avro`` package's ``Schema.fingerprint()`` and
+    Java's ``SchemaNormalization.parsingFingerprint("CRC-64-AVRO", s)`` give as bytes."""
+    return (int(fp) & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little").hex()
 
 
 def schema_name(schema: dict) -> str:
@@ -88,15 +115,14 @@ def fingerprint(schema: dict) -> int:
     return _parse(schema)[1]
 
 
-def load_schema(name_or_path: str) -> dict:
-    """A schema by short name ("reading", "reading_v2") from :func:`schemas_dir`, or by path."""
+def _is_path(name_or_path: str) -> bool:
     p = Path(name_or_path)
-    if not (p.suffix == ".avsc" or os.sep in name_or_path or p.is_file()):
-        p = schemas_dir() / f"{name_or_path}.avsc"
+    return p.suffix == ".avsc" or os.sep in name_or_path or p.is_file()
+
+
+def _read_schema_file(p: Path) -> dict:
     try:
         schema = json.loads(p.read_text())
-    except FileNotFoundError as exc:
-        raise SchemaError(f"no schema {name_or_path!r} (looked for {p})") from exc
     except json.JSONDecodeError as exc:
         raise SchemaError(f"schema file {p} is not valid JSON: {exc}") from exc
     if not isinstance(schema, dict):
@@ -105,16 +131,94 @@ def load_schema(name_or_path: str) -> dict:
     return schema
 
 
-class SchemaStore:
-    """Writer schemas by fingerprint: every .avsc in a directory plus any added at run time."""
+def _registry_client(registry: Any) -> Any:
+    if isinstance(registry, str | dict):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    def __init__(self, directory: Path | None = None, load: bool = True) -> None:
+        return SchemaRegistryClient.new_client(
+            {"url": registry} if isinstance(registry, str) else registry
+        )
+    return registry.client if isinstance(registry, RegistryCodec) else registry
+
+
+def _registry_name(registry: Any) -> str:
+    if isinstance(registry, str):
+        return registry
+    return "the schema registry"
+
+
+def load_schema(name_or_path: str, registry: Any = None) -> dict:
+    """A schema by path, or by short name ("reading") from the first folder of
+    :func:`schema_path` that has ``NAME.avsc``, then (with ``registry``: a URL, client or
+    :class:`RegistryCodec`) the latest version of the registry subject NAME."""
+    if _is_path(name_or_path):
+        p = Path(name_or_path)
+        try:
+            return _read_schema_file(p)
+        except FileNotFoundError as exc:
+            raise SchemaError(f"no schema {name_or_path!r} (looked for {p})") from exc
+    looked = [d / f"{name_or_path}.avsc" for d in schema_path()]
+    for p in looked:
+        if p.is_file():
+            return _read_schema_file(p)
+    where = ", ".join(str(p) for p in looked)
+    if registry is not None:
+        try:
+            found = _registry_client(registry).get_latest_version(name_or_path)
+        except Exception as exc:  # not found, or unreachable: both end the search here
+            where += f", and subject {name_or_path!r} in {_registry_name(registry)} ({exc})"
+        else:
+            schema = json.loads(found.schema.schema_str)
+            _parse(schema)
+            return schema
+    raise SchemaError(
+        f"no schema {name_or_path!r} (looked for {where}; {ENV_SCHEMAS} adds folders)"
+    )
+
+
+class SchemaStore:
+    """Writer schemas by fingerprint: every .avsc on the schema path, plus any added at run time.
+
+    A fingerprint it does not know makes it rescan the folders (a schema file added while a
+    worker runs is found without a restart; at most once per ``rescan_s``), then ask
+    ``registry`` if given (every version of every subject, fingerprinted once).
+    """
+
+    def __init__(
+        self,
+        directory: Path | None = None,
+        load: bool = True,
+        registry: Any = None,
+        rescan_s: float = 5.0,
+    ) -> None:
         self._by_fp: dict[int, dict] = {}
         self._lock = threading.Lock()
-        if load:
-            d = directory or schemas_dir()
+        self._dirs: list[Path] = ([directory] if directory else schema_path()) if load else []
+        self._registry = registry
+        self._registry_seen: set[tuple[str, int]] = set()
+        self._rescan_s = rescan_s
+        self._scanned_at = 0.0
+        self._scan(first=True)
+
+    def _scan(self, first: bool = False) -> None:
+        self._scanned_at = time.monotonic()
+        for d in self._dirs:
             for path in sorted(d.glob("*.avsc")) if d.is_dir() else []:
-                self.add(load_schema(str(path)))
+                try:
+                    self.add(_read_schema_file(path))
+                except (OSError, SchemaError):
+                    if first:  # a broken file is an error at start; later, a file half-written
+                        raise
+
+    def _ask_registry(self) -> None:
+        client = _registry_client(self._registry)
+        for subject in client.get_subjects():
+            for version in client.get_versions(subject):
+                if (subject, version) in self._registry_seen:
+                    continue
+                found = client.get_version(subject, version)
+                self.add(json.loads(found.schema.schema_str))
+                self._registry_seen.add((subject, version))
 
     def add(self, schema: dict) -> int:
         """Register a writer schema; returns its unsigned 64-bit fingerprint."""
@@ -125,10 +229,30 @@ class SchemaStore:
 
     def by_fingerprint(self, fp: int) -> dict:
         """The schema with this fingerprint (signed or unsigned 64-bit int accepted)."""
-        schema = self._by_fp.get(int(fp) & 0xFFFFFFFFFFFFFFFF)
+        fp = int(fp) & 0xFFFFFFFFFFFFFFFF
+        schema = self._by_fp.get(fp)
+        if schema is None and time.monotonic() - self._scanned_at >= self._rescan_s:
+            self._scan()
+            if self._registry is not None:
+                self._ask_registry()
+            schema = self._by_fp.get(fp)
         if schema is None:
-            raise SchemaError(f"unknown writer schema fingerprint 0x{int(fp) & (2**64 - 1):016x}")
+            raise SchemaError(self.unknown_message(fp))
         return schema
+
+    def unknown_message(self, fp: int) -> str:
+        """Why a fingerprint is unknown: where the store looked, and how to add the schema."""
+        where = [str(d) for d in self._dirs]
+        if self._registry is not None:
+            where.append(_registry_name(self._registry))
+        head = f"unknown writer schema fingerprint {fingerprint_hex(fp)} (the 8 bytes after C3 01"
+        if not where:
+            return f"{head}; this reader knows only the schemas it was given)"
+        return (
+            f"{head}; looked in {', '.join(where)}): put the writer's .avsc in one of those "
+            f"folders or in a folder named by {ENV_SCHEMAS}; `streamon schema check FILE` "
+            "confirms it is found"
+        )
 
     def __contains__(self, fp: object) -> bool:
         return isinstance(fp, int) and (fp & 0xFFFFFFFFFFFFFFFF) in self._by_fp

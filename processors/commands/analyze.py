@@ -82,6 +82,27 @@ def resolve(spec: AnalyzeSpec) -> tuple[str, str | None, str | None, list[str]]:
     return topic, schema, name, keys or []
 
 
+def check_spec(spec: AnalyzeSpec) -> None:
+    """Argument errors, raised before Spark starts (20 s and more): a ValueError naming them."""
+    if not spec.query and not spec.topic:
+        raise ValueError(
+            "analyze needs a QUERY (a .py file, module:attr or built-in name) or --topic TOPIC "
+            "(with --schema NAME unless its writer schemas are on the schema path); "
+            "see `streamon analyze --help`"
+        )
+    if spec.limit <= 0:
+        raise ValueError(f"--limit must be a positive number of rows, got {spec.limit}")
+    resolve(spec)  # loads the query: an unknown query or a bad query file fails here
+    if spec.since is not None or spec.until is not None:
+        from spark_bridge.analytics import to_ms
+
+        for option, value in (("--since", spec.since), ("--until", spec.until)):
+            try:
+                to_ms(value)
+            except ValueError as exc:
+                raise ValueError(f"{option}: {exc}") from exc
+
+
 def default_keys(plan: Any) -> list[str]:
     """GROUP BY columns of the result, else the (single) stream's key field if output."""
     names = [c.name for c in plan.output]
@@ -216,14 +237,19 @@ def run_analyze(spec: AnalyzeSpec, master: str = "local[2]") -> int:
     from processors.runtime.config import load_settings, resolve_bootstrap
     from spark_bridge import SparkUnavailable, spark_session
 
+    check_spec(spec)
     settings = load_settings()
     bootstrap = resolve_bootstrap(settings)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    print(f"[analyze] starting Spark ({master}; about 20 s the first time)…", file=sys.stderr,
+          flush=True)  # fmt: skip
     try:
         spark = spark_session(master=master, app_name="streamon-analyze")
     except SparkUnavailable as exc:
         print(f"streamon: {exc}", file=sys.stderr)
         return 2
+    print(f"[analyze] Spark is up; reading {spec.topic or 'the result topic'} from {bootstrap}",
+          file=sys.stderr, flush=True)  # fmt: skip
     try:
         analyze(spark, spec, bootstrap, settings.schema_registry_url)
     except CapturedException as exc:  # a failed Spark job: its Python error's last line says why

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
@@ -30,6 +31,18 @@ PHASE_MS = 180_000
 
 def _say(text: str) -> None:
     print(f"[demo] {text}", flush=True)
+
+
+def format_orders(orders: Mapping[str, Sequence[str]] | None) -> str:
+    """``r0: r1 > r3 > r2; r1: ...``: each router pipeline's probe order, by stream name."""
+    if not orders:
+        return "(none yet)"
+    return "; ".join(f"{name}: {' > '.join(order)}" for name, order in orders.items())
+
+
+def named_orders(names: Sequence[str], orders: Sequence[Sequence[int]]) -> dict[str, list[str]]:
+    """Probe orders given as stream indices (the workload's best orders) by stream name."""
+    return {names[i]: [names[j] for j in order] for i, order in enumerate(orders)}
 
 
 def _orders(worker: WorkerProcess) -> dict[str, Any]:
@@ -85,7 +98,8 @@ def run_demo(records: int = 20_000) -> int:
     query_file.write_text(text)
     _say("query: SELECT sum(r0.size), count(*) FROM r0..r3 [RANGE 60 s] WHERE all pids equal")
     for i, order in enumerate(workload.best_orders()):
-        _say(f"phase {i}: best probe orders per router {[list(o) for o in order]}")
+        best = named_orders(workload.stream_names, order)
+        _say(f"phase {i}: best probe orders {format_orders(best)}")
     worker = WorkerProcess(
         query_file, bootstrap=bootstrap, state_dir=settings.state_dir,
         worker_id=f"demo-worker-{os.getpid()}",
@@ -100,7 +114,8 @@ def run_demo(records: int = 20_000) -> int:
             if orders and orders != shown:
                 shown = orders
                 first = orders.get("0") or next(iter(orders.values()))
-                _say(f"{published:>7} sightings in; join orders (partition 0): {first}")
+                shown_now = format_orders(first)
+                _say(f"{published:>7} sightings in; join orders (partition 0) {shown_now}")
         _say(f"published {published} sightings on 4 router topics")
         deadline = time.monotonic() + 120
         want = expected_totals(text, bootstrap, prefix)
@@ -119,7 +134,7 @@ def run_demo(records: int = 20_000) -> int:
         _say(f"latest result: total_bytes={latest and latest[0]}, packets={latest and latest[1]}")
         _say(f"replayed in process:  total_bytes={want[0]}, packets={want[1]}")
         for p, orders in sorted(_orders(worker).items()):
-            _say(f"partition {p}: final join orders {orders}")
+            _say(f"partition {p}: final join orders {format_orders(orders)}")
     finally:
         worker.stop()
     ok = latest == want

@@ -3,6 +3,11 @@
 The same code runs against the embedded tansu broker in development and a real cluster in
 production; only these settings differ. With no bootstrap configured, the embedded broker of the
 state directory is used (and started if needed).
+
+Like git with ``.git``, commands find their project from any subfolder: the nearest of the
+working directory and its parents that holds ``streamon.toml`` or a ``.streamon`` state
+directory gives the config file and the default state directory (so ``broker status`` run in
+``src/`` sees the broker started at the project root).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "Settings", "load_settings", "resolve_bootstrap"]
+__all__ = ["ConfigError", "Settings", "find_project", "load_settings", "resolve_bootstrap"]
 
 ENV_BOOTSTRAP = "STREAMON_BOOTSTRAP"
 ENV_SCHEMA_REGISTRY = "STREAMON_SCHEMA_REGISTRY_URL"
@@ -65,11 +70,21 @@ _CHECKS = {
 }
 
 
-def _config_path(env: Mapping[str, str]) -> Path | None:
+def find_project(start: Path | None = None) -> Path | None:
+    """The nearest of ``start`` (default: the cwd) and its parents that holds streamon.toml or
+    a .streamon state directory; None when there is none up to the root."""
+    here = (start or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        if (folder / DEFAULT_CONFIG_FILE).is_file() or (folder / DEFAULT_STATE_DIR).is_dir():
+            return folder
+    return None
+
+
+def _config_path(env: Mapping[str, str], project: Path | None) -> Path | None:
     explicit = env.get(ENV_CONFIG, "").strip()
     if explicit:
         return Path(explicit).expanduser()
-    default = Path(DEFAULT_CONFIG_FILE)
+    default = (project or Path()) / DEFAULT_CONFIG_FILE
     return default if default.is_file() else None
 
 
@@ -95,7 +110,8 @@ def _read_file(path: Path) -> dict[str, Any]:
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Settings from env (STREAMON_*), then the TOML config file, then defaults."""
     env = os.environ if env is None else env
-    path = _config_path(env)
+    project = find_project()
+    path = _config_path(env, project)
     values = _read_file(path) if path is not None else {}
     for key, var in (
         ("bootstrap", ENV_BOOTSTRAP),
@@ -105,7 +121,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         value = env.get(var, "").strip()
         if value:
             values[key] = Path(value).expanduser() if key == "state_dir" else value
-    state_dir = Path(values.get("state_dir", DEFAULT_STATE_DIR)).absolute()
+    state_dir = Path(values.get("state_dir", (project or Path()) / DEFAULT_STATE_DIR)).absolute()
     return Settings(
         bootstrap=values.get("bootstrap"),
         schema_registry_url=values.get("schema_registry_url"),

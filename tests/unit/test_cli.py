@@ -219,3 +219,122 @@ def test_load_plan_file_defining_something_else(tmp_path: Path) -> None:
     path = write_query(tmp_path, "query = 42\n")
     with pytest.raises(QueryError, match=r"is a int, not a Query or LogicalPlan"):
         load_plan(str(path))
+
+
+# -- the command line as a newcomer meets it (issue 14) --------------------------------------------
+
+
+def test_top_level_help_describes_the_main_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "The ``streamon`` command" not in out
+    assert "adaptive stream processor" in out
+    for command in ("broker start|status|stop", "plan QUERY", "worker QUERY", "demo",
+                    "analyze QUERY", "schema check|fingerprint|register FILE"):  # fmt: skip
+        assert command in out, command
+
+
+def test_experiment_help_lists_every_experiment(capsys: pytest.CaptureFixture[str]) -> None:
+    from processors.experiments import LIVE_EXPERIMENTS, all_experiments
+
+    with pytest.raises(SystemExit) as exc:
+        main(["experiment", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    names = [*all_experiments(), *LIVE_EXPERIMENTS]
+    assert len(names) > 10
+    listed = set(out.replace(",", " ").split())
+    assert set(names) <= listed, set(names) - listed
+    assert out.index("fig9,") < out.index("fig10,")  # natural order
+    # the experiments are imported only for help: parsing alone stays fast
+    assert build_parser().parse_args(["experiment", "fig9"]).name == "fig9"
+
+
+def test_analyze_without_arguments_fails_before_spark(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    import processors.runtime.config as config
+
+    def no_broker(*_: object, **__: object) -> str:
+        raise AssertionError("the broker (and Spark) must not be reached on an argument error")
+
+    monkeypatch.setattr(config, "resolve_bootstrap", no_broker)
+    started = time.monotonic()
+    assert main(["analyze"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streamon: ValueError: analyze needs a QUERY")
+    assert "--topic" in err
+    assert main(["analyze", "no_such_query"]) == 2
+    assert "unknown query 'no_such_query'" in capsys.readouterr().err
+    assert main(["analyze", "readings", "--since", "yesterday"]) == 2
+    assert "--since: not a time: 'yesterday'" in capsys.readouterr().err
+    assert main(["analyze", "readings", "--limit", "0"]) == 2
+    assert "--limit must be a positive" in capsys.readouterr().err
+    assert time.monotonic() - started < 5.0
+
+
+def test_plan_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`streamon plan q.py | head -1`: no BrokenPipeError traceback; status 141 (as `seq`)."""
+    import subprocess
+    import sys
+
+    values = "{f'site-{i:05d}' for i in range(20000)}"  # a plan of about 700 kB
+    path = write_query(tmp_path, QUERY_HEAD + f'query.where(col("r.site").isin({values}))\n')
+    script = f'"{sys.executable}" -m processors.cli plan "{path}" | head -1; '
+    done = subprocess.run(
+        ["bash", "-c", script + 'echo "${PIPESTATUS[0]}"'], capture_output=True, text=True,
+        timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.stdout == "{\n141\n"
+    assert done.stderr == ""
+
+
+def test_broker_status_from_a_subfolder_uses_the_project_state_dir(
+    no_local_settings: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from processors.runtime.config import find_project, load_settings
+
+    monkeypatch.delenv("STREAMON_STATE_DIR")
+    project = no_local_settings / "project"
+    (project / ".streamon").mkdir(parents=True)
+    deep = project / "src" / "pkg"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    assert find_project() == project
+    assert load_settings({}).state_dir == project / ".streamon"
+    assert main(["broker", "status"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "not running\n"
+    assert str(project / ".streamon") in err
+    # a streamon.toml up the tree is the project's config file, its state_dir relative to it
+    (project / "streamon.toml").write_text('state_dir = "run"\nbootstrap = "k:1"\n')
+    settings = load_settings({})
+    assert (settings.state_dir, settings.bootstrap) == (project / "run", "k:1")
+    # with no project up the tree, the default stays ./.streamon
+    other = no_local_settings / "elsewhere"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert find_project() is None
+    assert load_settings({}).state_dir == other / ".streamon"
+
+
+def test_demo_prints_best_and_live_orders_by_name() -> None:
+    from processors.commands.demo import format_orders, named_orders
+
+    best = named_orders(["r0", "r1", "r2"], [(1, 2), (0, 2), (1, 0)])
+    assert best == {"r0": ["r1", "r2"], "r1": ["r0", "r2"], "r2": ["r1", "r0"]}
+    assert format_orders(best) == "r0: r1 > r2; r1: r0 > r2; r2: r1 > r0"
+    assert format_orders(None) == "(none yet)"
+
+
+def test_schema_arguments() -> None:
+    from processors.cli import _schema
+
+    args = build_parser().parse_args(["schema", "check", "x.avsc"])
+    assert (args.action, args.file, args.subject, args.func) == ("check", "x.avsc", None, _schema)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["schema", "validate", "x.avsc"])

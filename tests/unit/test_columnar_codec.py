@@ -276,7 +276,7 @@ def test_every_garbage_case_is_reported_and_others_decode():
         "not single-object encoded (marker b'\\x00\\x01')": b"\x00\x01" + fields,
         "too short for a single-object header": b"\xc3\x01\x00",
         "message of 0 bytes": b"",
-        "unknown writer schema fingerprint 0x": b"\xc3\x01" + b"\x11" * 8 + fields,
+        "unknown writer schema fingerprint 1111111111111111 (": b"\xc3\x01" + b"\x11" * 8 + fields,
     }
     msgs, expect = [], []
     for reason, bad in cases.items():
