@@ -212,6 +212,48 @@ def _schema(args: argparse.Namespace) -> int:
     return schema_cmd.run_check(args.file, load_settings())
 
 
+class _IntermixedParser(argparse.ArgumentParser):
+    """Takes positionals after options too: argparse would not fill an optional positional
+    (``[FILE]``) that follows options."""
+
+    _intermixed = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        if self._intermixed:  # called back by parse_known_intermixed_args
+            return super().parse_known_args(args, namespace)
+        self._intermixed = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixed = False
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from processors.commands.publish_cmd import PublishOptions, run_publish
+    from topics.avro import load_schema
+
+    settings = load_settings()
+    opts = PublishOptions(
+        topic=args.topic, schema=load_schema(args.schema), source=args.file, fmt=args.format,
+        key=args.key, stop_on_error=args.stop_on_error, progress=args.progress or None,
+        partitions=args.partitions, registry_url=settings.schema_registry_url,
+    )  # fmt: skip
+    return run_publish(resolve_bootstrap(settings), opts).exit_code
+
+
+def _tail(args: argparse.Namespace) -> int:
+    from processors.commands.tail import TailOptions, run_tail
+    from topics.avro import load_schema
+
+    settings = load_settings()
+    opts = TailOptions(
+        topic=args.topic, schema=load_schema(args.schema) if args.schema else None,
+        from_beginning=args.from_beginning, follow=args.follow, limit=args.limit,
+        registry_url=settings.schema_registry_url,
+    )  # fmt: skip
+    return run_tail(resolve_bootstrap(settings), opts)
+
+
 def _control(args: argparse.Namespace) -> int:
     """Publish a POLICY record: every worker of the query switches scheduling policy."""
     from processors.commands.queries import load_plan
@@ -358,6 +400,60 @@ def build_parser() -> argparse.ArgumentParser:
         "--subject", default=None, help="register: subject (default: the schema's full name)"
     )
     schema.set_defaults(func=_schema)
+
+    publish = sub.add_parser(
+        "publish", help="JSON Lines or CSV records onto a topic, as Avro",
+        description="Reads JSON Lines (or CSV with a header row) and writes one Avro record per "
+        "line: single-object encoding, or the Confluent wire format (subject TOPIC-value) when "
+        "a schema registry is configured. A bad line is reported on stderr with its number, "
+        "field and reason, and skipped. Exit status: 0 when every line was published, 1 when "
+        "some were skipped (or --stop-on-error stopped at one), 2 on a usage, schema or broker "
+        "error.",
+    )  # fmt: skip
+    publish.__class__ = _IntermixedParser  # `publish TOPIC --schema S FILE`
+    publish.add_argument("topic")
+    publish.add_argument("file", nargs="?", default="-", help="input file (none or '-': stdin)")
+    publish.add_argument("--schema", required=True, help="writer schema: name on the schema "
+                         "path, or an .avsc file")  # fmt: skip
+    publish.add_argument("--format", choices=["json", "csv"], default="json",
+                         help="json: JSON Lines (default); csv: a header row naming fields, "
+                         "values converted by the field's Avro type")  # fmt: skip
+    publish.add_argument("--key", default=None, help="Kafka key from this field: integers as 8 "
+                         "bytes big-endian, strings UTF-8, bytes as they are")  # fmt: skip
+    publish.add_argument(
+        "--stop-on-error",
+        action="store_true",
+        help="stop at the first bad line (lines before it are published)",
+    )
+    publish.add_argument(
+        "--progress", action="store_true", help="records/s on stderr even if not a terminal"
+    )
+    publish.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="partitions of the topic if it has to be created (default 1)",
+    )
+    publish.set_defaults(func=_publish)
+
+    tail = sub.add_parser(
+        "tail", help="print a topic's records as JSON Lines, with the sign of each change",
+        description="Prints one JSON object per record: its fields, then _sign (-1 for a "
+        "delete, from the streamon.sign header, else 1), _partition and _offset. Partitions are "
+        "assigned directly (no consumer group), so the first record shows at once. Without "
+        "--from-beginning: the last N records (--limit, default 10; 0 with --follow), oldest "
+        "first by timestamp, then with --follow every new one until Ctrl-C. With "
+        "--from-beginning: every record from the start (the first N with --limit), in order "
+        "within each partition; without --follow it stops at the end.",
+    )  # fmt: skip
+    tail.add_argument("topic")
+    tail.add_argument("--schema", default=None, help="reader schema: name or .avsc (default: "
+                      "the writer schema the first record's fingerprint names)")  # fmt: skip
+    tail.add_argument("--from-beginning", action="store_true", help="start at the first record")
+    tail.add_argument("--follow", "-f", action="store_true", help="keep printing new records")
+    tail.add_argument("--limit", "-n", type=int, default=None, help="the first N "
+                      "(--from-beginning) or last N records")  # fmt: skip
+    tail.set_defaults(func=_tail)
     return parser
 
 

@@ -87,7 +87,7 @@ class _LineCountingReader:
             last = self._reader.line_num
 
 
-def _csv_chunks_numbered(fh: IO[bytes], parser: RecordParser, size: int) -> Iterator[Chunk]:
+def _csv_chunks(fh: IO[bytes], parser: RecordParser, size: int) -> Iterator[Chunk]:
     text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
     rows = _LineCountingReader(text).rows()
     first = next(rows, None)
@@ -135,12 +135,17 @@ def _cut_at_first_error(chunk: Chunk) -> Chunk:
 
 
 def _ensure_topic(bootstrap: str, topic: str, partitions: int, err: TextIO) -> None:
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    from topics.admin import ensure_topics
+    from topics.admin import TopicError, ensure_topics
     from topics.specs import TopicSpec
 
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    # all topics: a metadata request naming the topic may create it (tansu does)
+    try:
+        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    except KafkaException as exc:
+        raise TopicError(f"broker at {bootstrap} did not answer a metadata request: {exc}") from exc
     found = meta.topics.get(topic)
     if found is not None and found.error is None and found.partitions:
         return
@@ -160,9 +165,12 @@ def run_publish(
     label = "<stdin>" if opts.source == "-" else opts.source
     progress = _Progress(err, err.isatty() if opts.progress is None else opts.progress)
     summary = PublishSummary()
+    try:
+        fh = (stdin or sys.stdin.buffer) if opts.source == "-" else open(opts.source, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise ValueError(f"cannot read {opts.source}: {exc.strerror or exc}") from exc
     _ensure_topic(bootstrap, opts.topic, opts.partitions, err)
-    fh = (stdin or sys.stdin.buffer) if opts.source == "-" else open(opts.source, "rb")  # noqa: SIM115
-    chunks = _csv_chunks_numbered if opts.fmt == "csv" else _json_chunks
+    chunks = _csv_chunks if opts.fmt == "csv" else _json_chunks
     producer = RecordProducer(bootstrap)
     started = time.monotonic()
     try:
@@ -170,6 +178,8 @@ def run_publish(
             if chunk.errors and opts.stop_on_error:
                 chunk = _cut_at_first_error(chunk)
                 summary.stopped = True
+            if chunk.errors and progress.tty:
+                err.write("\r\x1b[K")  # the progress line gives way to the errors
             for error in chunk.errors:
                 print(f"{label}: {error}", file=err)
             summary.errors.extend(chunk.errors)

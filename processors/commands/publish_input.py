@@ -120,6 +120,10 @@ class RecordParser:
         self.fields = flat_fields(schema)
         self.by_name = {f.name: f for f in self.fields}
         self.key = key
+        for f in self.fields:
+            if f.type not in _JSON_TYPES:
+                raise SchemaError(f"publish: field '{f.name}' of type {f.type} is not supported "
+                                  f"(supported: {', '.join(_JSON_TYPES)})")  # fmt: skip
         if key is not None:
             f = self.by_name.get(key)
             if f is None:
@@ -174,6 +178,8 @@ class RecordParser:
         """Column index per schema field; SchemaError for a field that is neither there nor
         defaulted, or a header cell naming no field."""
         index = {name.strip(): i for i, name in enumerate(header)}
+        if len(index) != len(header):
+            raise SchemaError(f"CSV header names a column twice: {list(header)}")
         unknown = [name for name in index if name not in self.by_name]
         if unknown:
             raise SchemaError(f"CSV header names {unknown} that schema {schema_name(self.schema)}"
