@@ -9,7 +9,7 @@ are still passed explicitly, from fetch high watermarks, because "latest" comes 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from spark_bridge.arrow_decode import BadRecordError, ChunkDecoder
 from spark_bridge.bad_records import MAX_SAMPLES
 from spark_bridge.kafka_range import SIGN_HEADER, parse_sign
-from spark_bridge.options import ReadOptions
+from spark_bridge.options import OptionError, ReadOptions
 from spark_bridge.schema import arrow_schema
 from spark_bridge.source import OffsetRange
 
@@ -50,8 +50,44 @@ def connector_options(opts: ReadOptions, ranges: tuple[OffsetRange, ...]) -> dic
         "includeHeaders": "true",
         "failOnDataLoss": "true",
     }
-    options.update({f"kafka.{k}": v for k, v in opts.consumer.items()})
+    options.update({f"kafka.{k}": v for k, v in jvm_client_settings(opts.consumer).items()})
     return options
+
+
+_JAAS = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def jvm_client_settings(consumer: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings (the ``kafka.*`` options) in the Java client's spelling, for Spark's
+    Kafka source: SASL credentials become a JAAS line, the CA file a PEM trust store."""
+    out = {k: v for k, v in consumer.items() if not k.startswith(("sasl.", "ssl."))}
+    mechanism = consumer.get("sasl.mechanism")
+    if mechanism is not None:
+        if mechanism not in _JAAS:
+            raise OptionError(
+                f"option kafka.sasl.mechanism {mechanism}: not supported with connector 'kafka'; "
+                "use connector 'python'"
+            )
+        out["sasl.mechanism"] = mechanism
+        user = json.dumps(consumer.get("sasl.username", ""))
+        secret = json.dumps(consumer.get("sasl.password", ""))
+        out["sasl.jaas.config"] = f"{_JAAS[mechanism]} required username={user} password={secret};"
+    if "ssl.certificate.location" in consumer or "ssl.key.location" in consumer:
+        raise OptionError(
+            "options kafka.ssl.certificate.location/kafka.ssl.key.location: client certificates "
+            "are not supported with connector 'kafka'; use connector 'python'"
+        )
+    if "ssl.ca.location" in consumer:
+        out["ssl.truststore.type"] = "PEM"
+        out["ssl.truststore.location"] = consumer["ssl.ca.location"]
+    algorithm = consumer.get("ssl.endpoint.identification.algorithm")
+    if algorithm is not None:
+        out["ssl.endpoint.identification.algorithm"] = "" if algorithm == "none" else algorithm
+    return out
 
 
 def header_signs(headers: pa.ListArray) -> tuple[np.ndarray, list[tuple[int, str]]]:

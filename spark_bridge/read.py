@@ -26,7 +26,11 @@ def source_options(
     on_bad_record: str = "fail",
 ) -> dict[str, str]:
     """The ``streamon`` format's options for these arguments."""
+    from processors.runtime.kafka_security import spark_options
+
+    # the process's TLS/SASL settings, as kafka.* options: the driver and every executor use them
     options = {"topic": topic, "bootstrap": bootstrap, "onBadRecord": on_bad_record}
+    options.update(spark_options())
     if schema is not None:
         options["schema"] = json.dumps(schema) if isinstance(schema, dict) else schema
     if registry:

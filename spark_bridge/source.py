@@ -58,7 +58,7 @@ class Plan:
 
 def plan_ranges(opts: ReadOptions) -> tuple[OffsetRange, ...]:
     """One range per partition read; end offsets from fetch high watermarks (DESIGN.md)."""
-    marks = high_watermarks(opts.bootstrap, opts.topic, timeout=opts.timeout_s)
+    marks = high_watermarks(opts.bootstrap, opts.topic, timeout=opts.timeout_s, extra=opts.consumer)
     parts = opts.partitions if opts.partitions is not None else tuple(sorted(marks))
     for given, name in ((opts.partitions or (), "partitions"), (opts.starting, "startingOffsets"),
                         (opts.ending, "endingOffsets")):  # fmt: skip

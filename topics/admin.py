@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import (
@@ -25,6 +25,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
+from processors.runtime.kafka_security import KafkaSecurity, client_config
 from topics.specs import TopicSpec
 
 __all__ = [
@@ -60,27 +61,34 @@ def _remaining(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.0)
 
 
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "logger": _KAFKA_LOG})
+def _admin(bootstrap: str, security: KafkaSecurity | None = None) -> AdminClient:
+    """``security``: TLS/SASL settings (default: the process's, see kafka_security)."""
+    return AdminClient(
+        client_config({"bootstrap.servers": bootstrap, "logger": _KAFKA_LOG}, security)
+    )
 
 
 @contextlib.contextmanager
-def _consumer(bootstrap: str) -> Iterator[Consumer]:
-    """An assign-only consumer: a throwaway group id (the client needs one), never commits."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"streamon-admin-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            # An empty partition answers only when the broker's long poll expires: keep it short.
-            "fetch.wait.max.ms": 50,
-            "logger": _KAFKA_LOG,
-        }
-    )
+def _consumer(
+    bootstrap: str,
+    security: KafkaSecurity | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> Iterator[Consumer]:
+    """An assign-only consumer: a throwaway group id (the client needs one), never commits.
+    ``extra``: librdkafka settings on top (a Spark read's ``kafka.*`` options)."""
+    base = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"streamon-admin-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000,
+        # An empty partition answers only when the broker's long poll expires: keep it short.
+        "fetch.wait.max.ms": 50,
+        "logger": _KAFKA_LOG,
+    }
+    consumer = Consumer({**client_config(base, security), **(extra or {})})
     try:
         yield consumer
     finally:
@@ -128,7 +136,13 @@ def _check_partitions(wanted: dict[str, TopicSpec], counts: dict[str, int]) -> N
             )
 
 
-def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout: float = 30.0) -> list[str]:
+def ensure_topics(
+    bootstrap: str,
+    specs: Iterable[TopicSpec],
+    timeout: float = 30.0,
+    *,
+    security: KafkaSecurity | None = None,
+) -> list[str]:
     """Create the missing topics and wait until all are usable; returns the names created here.
 
     Idempotent. An existing topic with more partitions than its spec is accepted; one with fewer
@@ -141,7 +155,7 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout: float = 3
     if not wanted:
         return []
     deadline = time.monotonic() + timeout
-    admin = _admin(bootstrap)
+    admin = _admin(bootstrap, security)
     existing = _ready_counts(_metadata(admin, deadline, bootstrap), wanted)
     _check_partitions(wanted, existing)
     missing = [spec for name, spec in wanted.items() if name not in existing]
@@ -169,10 +183,12 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec], timeout: float = 3
         time.sleep(0.05)
 
 
-def _watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[int, int]]:
+def _watermarks(
+    bootstrap: str, topic: str, timeout: float, extra: Mapping[str, str] | None = None
+) -> dict[int, tuple[int, int]]:
     """(log start, true end offset) per partition, the end taken from a FETCH response."""
     deadline = time.monotonic() + timeout
-    with _consumer(bootstrap) as consumer:
+    with _consumer(bootstrap, extra=extra) as consumer:
         listed: dict[int, tuple[int, int]] = {}
         for part in _partitions(consumer, topic, timeout):
             tp = TopicPartition(topic, part)
@@ -203,9 +219,13 @@ def _watermarks(bootstrap: str, topic: str, timeout: float) -> dict[int, tuple[i
         return marks
 
 
-def high_watermarks(bootstrap: str, topic: str, timeout: float = 10.0) -> dict[int, int]:
-    """True end offset (offset of the next record) per partition."""
-    return {part: high for part, (_low, high) in _watermarks(bootstrap, topic, timeout).items()}
+def high_watermarks(
+    bootstrap: str, topic: str, timeout: float = 10.0, extra: Mapping[str, str] | None = None
+) -> dict[int, int]:
+    """True end offset (offset of the next record) per partition; ``extra``: librdkafka
+    settings on top of the process's security settings (a Spark read's ``kafka.*`` options)."""
+    marks = _watermarks(bootstrap, topic, timeout, extra)
+    return {part: high for part, (_low, high) in marks.items()}
 
 
 def committed_offsets(

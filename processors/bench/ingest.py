@@ -44,9 +44,12 @@ def _say(text: str) -> None:
 async def _raw_rate(bootstrap: str, topic: str, count: int) -> float:
     from aiokafka import AIOKafkaConsumer
 
+    from processors.runtime.kafka_security import aiokafka_auth
+
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
+        **aiokafka_auth(),
         group_id=None,
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=8 * 1024 * 1024,

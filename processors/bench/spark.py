@@ -38,9 +38,10 @@ def raw_consume(bootstrap: str, topic: str, parts: list[int], ends: dict[int, in
     """Read ``parts`` to their ends with one consumer: (records, first fetch time, end time)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    from processors.runtime.kafka_security import client_config
     from spark_bridge.kafka_range import consumer_config
 
-    consumer = Consumer(consumer_config(bootstrap, True, {}))
+    consumer = Consumer(client_config(consumer_config(bootstrap, True, {})))
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
     seen, nbytes, started = 0, 0, 0.0
     pending = {p for p in parts if ends[p] > 0}

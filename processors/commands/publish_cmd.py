@@ -138,12 +138,13 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int, err: TextIO) -> N
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    from processors.runtime.kafka_security import client_config
     from topics.admin import TopicError, ensure_topics
     from topics.specs import TopicSpec
 
     # all topics: a metadata request naming the topic may create it (tansu does)
     try:
-        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        meta = AdminClient(client_config({"bootstrap.servers": bootstrap})).list_topics(timeout=10)
     except KafkaException as exc:
         raise TopicError(f"broker at {bootstrap} did not answer a metadata request: {exc}") from exc
     found = meta.topics.get(topic)

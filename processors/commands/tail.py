@@ -60,16 +60,21 @@ class TailOptions:
 
 
 def _consumer(bootstrap: str) -> Consumer:
+    """An assign-only consumer with the process's TLS/SASL settings."""
+    from processors.runtime.kafka_security import client_config
+
     return Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"streamon-tail-{uuid.uuid4().hex}",  # required, never joined
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 100,  # an idle partition answers (and reports its end) quickly
-        }
+        client_config(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"streamon-tail-{uuid.uuid4().hex}",  # required, never joined
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 100,  # an idle partition answers (and reports its end) quickly
+            }
+        )
     )
 
 

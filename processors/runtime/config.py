@@ -15,9 +15,20 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from processors.runtime.kafka_security import (
+    ENV_PREFIX,
+    FILE_KEYS,
+    KEYS,
+    KafkaSecurity,
+    SecurityError,
+    env_name,
+    install_security,
+    parse_security,
+)
 
 __all__ = ["ConfigError", "Settings", "find_project", "load_settings", "resolve_bootstrap"]
 
@@ -43,6 +54,9 @@ class Settings:
     state_dir: Path
     # Short, because a classic group join on tansu takes about half of it (see DESIGN.md).
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+    #: TLS and SASL settings of every Kafka client (the ``[kafka]`` table, STREAMON_KAFKA_*);
+    #: its repr masks the passwords
+    kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
 
 
 def _check_str(value: Any, path: Path, key: str) -> str:
@@ -99,12 +113,46 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     values: dict[str, Any] = {}
     for key, value in raw.items():
+        if key == "kafka":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: key 'kafka' must be a table ([kafka]), got {value!r}")
+            values[key] = value
+            continue
         check = _CHECKS.get(key)
         if check is None:
-            known = ", ".join(sorted(_CHECKS))
+            known = ", ".join(sorted([*_CHECKS, "kafka"]))
             raise ConfigError(f"{path}: unknown key {key!r} (known keys: {known})")
         values[key] = check(value, path, key)
     return values
+
+
+def _kafka_security(
+    table: Mapping[str, Any], path: Path | None, env: Mapping[str, str]
+) -> KafkaSecurity:
+    """The ``[kafka]`` table of the file, each key overridden by its STREAMON_KAFKA_* variable."""
+    raw = dict(table)
+    sources = {key: f"{path}: [kafka] key {key!r}" for key in raw}
+    by_var = {env_name(key): key for key in KEYS}
+    for var, value in env.items():
+        if not var.startswith(ENV_PREFIX) or not value.strip():
+            continue
+        key = by_var.get(var)
+        if key is None:
+            known = ", ".join(by_var)
+            raise ConfigError(f"environment variable {var}: unknown Kafka setting (known: {known})")
+        raw[key] = value
+        sources[key] = f"environment variable {var}"
+    # Relative files in the config file are relative to it; from the environment, to the cwd.
+    for key in FILE_KEYS:
+        value = raw.get(key)
+        from_file = path is not None and key in table and sources[key].startswith(str(path))
+        if from_file and isinstance(value, str) and value.strip():
+            assert path is not None
+            raw[key] = str(path.parent / Path(value.strip()).expanduser())
+    try:
+        return parse_security(raw, sources)
+    except SecurityError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
@@ -113,6 +161,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     project = find_project()
     path = _config_path(env, project)
     values = _read_file(path) if path is not None else {}
+    kafka = _kafka_security(values.pop("kafka", {}), path, env)
     for key, var in (
         ("bootstrap", ENV_BOOTSTRAP),
         ("schema_registry_url", ENV_SCHEMA_REGISTRY),
@@ -127,14 +176,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         schema_registry_url=values.get("schema_registry_url"),
         state_dir=state_dir,
         session_timeout_s=values.get("session_timeout_s", DEFAULT_SESSION_TIMEOUT_S),
+        kafka=kafka,
     )
 
 
 def resolve_bootstrap(settings: Settings | None = None, start: bool = True) -> str:
     """The configured bootstrap, else the embedded broker's (started if ``start``)."""
     settings = load_settings() if settings is None else settings
+    install_security(settings.kafka)  # every client of this process uses them from now on
     if settings.bootstrap:
         return settings.bootstrap
+    if settings.kafka.protocol != "PLAINTEXT":
+        raise ConfigError(
+            f"security.protocol is {settings.kafka.protocol} but no bootstrap is configured: "
+            "the embedded broker serves PLAINTEXT only; set STREAMON_BOOTSTRAP or bootstrap"
+        )
     # Imported here so that reading settings does not load the Kafka client.
     from processors.runtime.broker import BrokerError, broker_status, start_broker
 

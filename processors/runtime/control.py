@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from processors.runtime.kafka_security import KafkaSecurity, client_config
 from topics.avro import SchemaStore, decode_single_object, encode_single_object, load_schema
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class ControlReader:
         topic: str,
         query: str,
         apply: Callable[[ControlRecord], None],
+        security: KafkaSecurity | None = None,
     ) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -103,13 +105,16 @@ class ControlReader:
         self._apply = apply
         self._store = SchemaStore()
         self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"streamon-control-{query}",  # required; never joins or commits
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 100,
-                "logger": logging.getLogger("streamon.kafka"),
-            }
+            client_config(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"streamon-control-{query}",  # required; never joins or commits
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": 100,
+                    "logger": logging.getLogger("streamon.kafka"),
+                },
+                security,
+            )
         )
         metadata = self._consumer.list_topics(topic, timeout=10.0).topics.get(topic)
         partitions = sorted(metadata.partitions) if metadata and metadata.partitions else [0]
@@ -152,7 +157,12 @@ QUERY_POLICY = "query"
 
 
 def publish_policy(
-    bootstrap: str, query: str, policy: str, settings: dict[str, Any], issuer: str
+    bootstrap: str,
+    query: str,
+    policy: str,
+    settings: dict[str, Any],
+    issuer: str,
+    security: KafkaSecurity | None = None,
 ) -> Any:
     """Publish a POLICY record for ``query`` on the control topic (checked first: a policy or
     setting that makes no sense is refused here, with its name, rather than by every worker).
@@ -174,8 +184,8 @@ def publish_policy(
         except (SchedulingConfigError, TypeError) as exc:
             raise ValueError(f"scheduling policy for {query}: {exc}") from exc
         payload = {"policy": policy, **settings}
-    ensure_topics(bootstrap, [control_topic_spec()])
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    ensure_topics(bootstrap, [control_topic_spec()], security=security)
+    producer = Producer(client_config({"bootstrap.servers": bootstrap, "acks": "all"}, security))
     producer.produce(
         CONTROL_TOPIC,
         encode_control(POLICY, query, payload, issuer),

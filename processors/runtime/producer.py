@@ -17,6 +17,7 @@ import confluent_kafka
 import numpy as np
 
 from processors.core.batch import VarColumn
+from processors.runtime.kafka_security import KafkaSecurity, client_config
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,13 @@ class DeliveryError(RuntimeError):
 class RecordProducer:
     """Produces many single-record messages per call; delivery is checked at :meth:`flush`."""
 
-    def __init__(self, bootstrap: str, extra: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        extra: dict[str, object] | None = None,
+        security: KafkaSecurity | None = None,
+    ) -> None:
+        """``security``: TLS/SASL settings (default: the process's, see kafka_security)."""
         config: dict[str, object] = {
             "bootstrap.servers": bootstrap,
             "linger.ms": 5,
@@ -47,7 +54,7 @@ class RecordProducer:
             "on_delivery": self._on_delivery,
         }
         config.update(extra or {})
-        self._producer = confluent_kafka.Producer(config)
+        self._producer = confluent_kafka.Producer(client_config(config, security))
         self._failures: list[str] = []
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll_loop, name="record-producer", daemon=True)

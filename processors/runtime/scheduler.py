@@ -33,6 +33,7 @@ from processors.runtime.control import (
     ControlRecord,
     encode_control,
 )
+from processors.runtime.kafka_security import KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +298,7 @@ def add_scheduling_agents(
     stats_topic: str,
     control_topic: str,
     poll_every_s: float = 0.2,
+    security: KafkaSecurity | None = None,
 ) -> None:
     """The scheduler agent (bulk reader of the stats topic), the control topic reader and the
     timer that drives both; priority changes go to the stats topic as a "scheduler" agent's
@@ -328,7 +330,12 @@ def add_scheduling_agents(
 
         reader.append(
             await asyncio.to_thread(
-                ControlReader, bootstrap, control_topic, scheduling.query, scheduling.apply
+                ControlReader,
+                bootstrap,
+                control_topic,
+                scheduling.query,
+                scheduling.apply,
+                security,
             )
         )
 

@@ -30,6 +30,7 @@ from processors.runtime.context import AgentContext
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp
+from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
 from processors.runtime.producer import RecordProducer
 from processors.runtime.scheduler import Scheduling, add_scheduling_agents
 from processors.runtime.stage_agent import add_stage_agent
@@ -66,6 +67,8 @@ class WorkerOptions:
     #: a partition whose stored state cannot be restored starts empty (logged) instead of
     #: stopping the worker (``streamon worker --reset-state``)
     reset_state: bool = False
+    #: TLS/SASL settings of every client of the worker; None: the process's (kafka_security)
+    kafka: KafkaSecurity | None = None
 
 
 def topic_specs(physical: PhysicalPlan) -> list[TopicSpec]:
@@ -74,10 +77,18 @@ def topic_specs(physical: PhysicalPlan) -> list[TopicSpec]:
     return [*physical.specs, *shared]
 
 
-def faust_settings(bootstrap: str, datadir: Path, session_timeout_s: float) -> dict[str, Any]:
-    """The Faust settings every streamon app uses (see docs/faust-fast-path.md)."""
+def faust_settings(
+    bootstrap: str,
+    datadir: Path,
+    session_timeout_s: float,
+    security: KafkaSecurity | None = None,
+) -> dict[str, Any]:
+    """The Faust settings every streamon app uses (see docs/faust-fast-path.md); its aiokafka
+    consumer, producer and admin client authenticate with ``security`` (default: the
+    process's settings) through ``broker_credentials``."""
     return {
         "broker": ";".join(f"kafka://{host}" for host in bootstrap.split(",")),
+        "broker_credentials": faust_credentials(security or current_security()),
         "value_serializer": "raw",
         "key_serializer": "raw",
         "datadir": str(datadir),
@@ -112,9 +123,9 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
         fetch_wait_ms=options.fetch_wait_ms,
-        **faust_settings(options.bootstrap, datadir, options.session_timeout_s),
+        **faust_settings(options.bootstrap, datadir, options.session_timeout_s, options.kafka),
     )
-    producer = RecordProducer(options.bootstrap)
+    producer = RecordProducer(options.bootstrap, security=options.kafka)
     board = StatsBoard(options.worker_id, plan.name)
     config = plan.scheduling_config
     arbiter = Arbiter(busy=lambda: bool(getattr(app.consumer, "delivering", False)))
@@ -138,7 +149,10 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         ),
         options.worker_id,
     )
-    add_scheduling_agents(app, board, scheduling, options.bootstrap, STATS_TOPIC, CONTROL_TOPIC)
+    add_scheduling_agents(
+        app, board, scheduling, options.bootstrap, STATS_TOPIC, CONTROL_TOPIC,
+        security=options.kafka,
+    )  # fmt: skip
 
     for stream in plan.streams:
         codec = _warm_up(RecordCodec(stream.schema, registry=_registry(options)))
@@ -266,7 +280,7 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     mode.loop.use("uvloop")
     if options.web_port == 0:
         options.web_port = free_port()
-    ensure_topics(options.bootstrap, topic_specs(compile_plan(plan)))
+    ensure_topics(options.bootstrap, topic_specs(compile_plan(plan)), security=options.kafka)
     app, producer = build_app(plan, options)
     info = options.state_dir / "workers" / f"{options.worker_id}.json"
     info.parent.mkdir(parents=True, exist_ok=True)
