@@ -22,7 +22,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -376,114 +375,18 @@ class RegistryCodec:
         return decode_body(bytes(data[5:]), writer, reader_schema)
 
 
-# --- flat record layouts for the bulk codec -------------------------------------------------
+# --- flat record layouts: in topics.avro_layout, importable from here as before ------------
 
-PRIMITIVE_TYPES = ("boolean", "int", "long", "float", "double", "string", "bytes")
-
-
-@dataclass(frozen=True, slots=True)
-class FlatField:
-    """One field of a flat record: its Avro type reduced to what the bulk kernels handle."""
-
-    name: str
-    type: str  # one of PRIMITIVE_TYPES or "enum"
-    symbols: tuple[str, ...] = ()  # enum symbols
-    enum_name: str = ""
-    enum_default: str | None = None  # the enum's own default symbol (schema evolution)
-    has_default: bool = False
-    default: Any = None
-    aliases: tuple[str, ...] = ()
+_LAYOUT_NAMES = frozenset(
+    ("PRIMITIVE_TYPES", "NESTED_SEP", "PROMOTIONS", "FlatField", "Resolution", "flat_fields",
+     "resolve_flat")
+)  # fmt: skip
 
 
-def _field_type(rec: str, fname: str, t: Any, enums: dict[str, dict]) -> tuple[str, dict | None]:
-    if isinstance(t, dict) and t.get("type") == "enum":
-        enums[str(t["name"]).rsplit(".", 1)[-1]] = t
-        return "enum", t
-    base = t.get("type") if isinstance(t, dict) else t  # logical types ride on their base type
-    if isinstance(base, str) and base in PRIMITIVE_TYPES:
-        return base, None
-    if isinstance(t, str) and t.rsplit(".", 1)[-1] in enums:  # reference to an enum defined above
-        return "enum", enums[t.rsplit(".", 1)[-1]]
-    raise SchemaError(
-        f"schema {rec}: field '{fname}' has unsupported type {json.dumps(t)} "
-        f"(bulk codec supports {', '.join(PRIMITIVE_TYPES)}, enum)"
-    )
+def __getattr__(name: str) -> Any:
+    """The flat layout names, loaded on first use (topics.avro_layout imports this module)."""
+    if name in _LAYOUT_NAMES:
+        from topics import avro_layout
 
-
-def flat_fields(schema: dict) -> list[FlatField]:
-    """Fields of a flat record schema; SchemaError naming the field for anything unsupported."""
-    _parse(schema)
-    rec = schema_name(schema)
-    if schema.get("type") != "record":
-        raise SchemaError(f"schema {rec}: top level must be a record, not {schema.get('type')!r}")
-    enums: dict[str, dict] = {}
-    out: list[FlatField] = []
-    for f in schema["fields"]:
-        kind, enum = _field_type(rec, f["name"], f["type"], enums)
-        out.append(
-            FlatField(
-                name=f["name"],
-                type=kind,
-                symbols=tuple(enum["symbols"]) if enum else (),
-                enum_name=str(enum["name"]).rsplit(".", 1)[-1] if enum else "",
-                enum_default=enum.get("default") if enum else None,
-                has_default="default" in f,
-                default=f.get("default"),
-                aliases=tuple(f.get("aliases", ())),
-            )
-        )
-    return out
-
-
-PROMOTIONS = {
-    ("int", "long"), ("int", "float"), ("int", "double"), ("long", "float"), ("long", "double"),
-    ("float", "double"), ("string", "bytes"), ("bytes", "string"),
-}  # fmt: skip
-
-
-@dataclass
-class Resolution:
-    """How each reader field is filled from one writer schema (the Avro resolution rules)."""
-
-    writer_fields: list[FlatField] | None  # None: the writer is not flat (bulk kernels can't read)
-    sources: list[int]  # per reader field: writer field index, or -1 to use the reader's default
-    enum_maps: list[list[int] | None]  # per reader field: writer symbol -> reader index, -1 unknown
-    error: str | None = None  # the schemas do not resolve: no record of this writer can be read
-
-
-def resolve_flat(writer: dict, reader: dict, rfields: list[FlatField]) -> Resolution:
-    """Match a writer schema to a flat reader schema, once per writer."""
-    try:
-        wfields: list[FlatField] | None = flat_fields(writer)
-    except SchemaError:
-        wfields = None
-    res = Resolution(wfields, [], [])
-    problems: list[str] = []
-    wname, rname = schema_name(writer), schema_name(reader)
-    names = {rname, rname.rsplit(".", 1)[-1], *reader.get("aliases", ())}
-    if wname not in names and wname.rsplit(".", 1)[-1] not in names:
-        problems.append(f"writer schema {wname} does not match reader schema {rname}")
-    index = {f.name: i for i, f in enumerate(wfields or ())}
-    for rf in rfields:
-        w = next((index[a] for a in (rf.name, *rf.aliases) if a in index), -1)
-        res.sources.append(w)
-        res.enum_maps.append(None)
-        if wfields is None:
-            continue
-        if w < 0:
-            if not rf.has_default:
-                problems.append(
-                    f"reader field '{rf.name}' has no default and is missing in {wname}"
-                )
-            continue
-        wf = wfields[w]
-        if wf.type == "enum" and rf.type == "enum":
-            if wf.enum_name != rf.enum_name:
-                problems.append(f"field '{rf.name}': enum {wf.enum_name} is not {rf.enum_name}")
-            pos = {sym: i for i, sym in enumerate(rf.symbols)}
-            dflt = pos.get(rf.enum_default, -1) if rf.enum_default is not None else -1
-            res.enum_maps[-1] = [pos.get(sym, dflt) for sym in wf.symbols]
-        elif wf.type != rf.type and (wf.type, rf.type) not in PROMOTIONS:
-            problems.append(f"field '{rf.name}': writer type {wf.type} cannot be read as {rf.type}")
-    res.error = problems[0] if problems else None
-    return res
+        return getattr(avro_layout, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,16 @@
 """numba kernels: Avro binary bodies of a flat record <-> columns, many records per call.
 
-A flat record layout is an int8 type code per field. Decoding writes every field of record i
-into ``vals[f, i]`` (int64: ints as values, floats/doubles as their IEEE bit patterns, booleans
-as 0/1, enums as indices, strings/bytes as the absolute start of their bytes in ``buf``, with the
-length in ``lens[var_slot[f], i]``); numpy then turns rows into typed columns without copying
-per record. Garbage never raises or reads out of bounds: each record gets a status code, the
-position and the field where decoding stopped.
+A flat record layout is an int8 type code per leaf field (nested records are their leaves in
+order, which is how Avro writes them), plus per field the union branch of "null" for
+``["null", T]`` fields (-1 for the others) and the symbol count (enum) or size (fixed).
+Decoding writes every field of record i into ``vals[f, i]`` (int64: ints as values,
+floats/doubles as their IEEE bit patterns, booleans as 0/1, enums as indices, strings, bytes and
+fixed as the absolute start of their bytes in ``buf``, with the length in
+``lens[var_slot[f], i]``), and whether a nullable field is null into ``nulls[null_slot[f], i]``
+(its value then reads as zero: 0, an empty string, ``size`` zero bytes for fixed, whose start is
+then -1); numpy then turns rows into typed columns without copying per record. Garbage never
+raises or reads out of bounds: each record gets a status code, the position and the field where
+decoding stopped.
 """
 
 import numba as nb
@@ -13,7 +18,7 @@ import numpy as np
 
 # field type codes
 # (ordered so that kernels test ranges: varint types T_INT..T_LONG, IEEE types, var-length types)
-T_BOOLEAN, T_INT, T_ENUM, T_LONG, T_FLOAT, T_DOUBLE, T_STRING, T_BYTES = range(8)
+T_BOOLEAN, T_INT, T_ENUM, T_LONG, T_FLOAT, T_DOUBLE, T_STRING, T_BYTES, T_FIXED = range(9)
 TYPE_CODES = {
     "boolean": T_BOOLEAN,
     "int": T_INT,
@@ -23,9 +28,19 @@ TYPE_CODES = {
     "string": T_STRING,
     "bytes": T_BYTES,
     "enum": T_ENUM,
+    "fixed": T_FIXED,
 }
 # largest encoded size of a fixed-size field (varints: 5 bytes for int, 10 for long)
-MAX_FIXED_SIZE = {T_BOOLEAN: 1, T_INT: 5, T_LONG: 10, T_FLOAT: 4, T_DOUBLE: 8, T_ENUM: 5}
+# (fixed: its bytes are counted with the string and bytes data; a nullable field adds one byte)
+MAX_FIXED_SIZE = {
+    T_BOOLEAN: 1,
+    T_INT: 5,
+    T_LONG: 10,
+    T_FLOAT: 4,
+    T_DOUBLE: 8,
+    T_ENUM: 5,
+    T_FIXED: 0,
+}
 
 # per-record status codes
 OK = 0
@@ -39,6 +54,7 @@ BAD_BOOLEAN = 7
 BAD_UTF8 = 8
 SHORT_HEADER = 9
 BAD_MARKER = 10
+BAD_UNION = 11
 
 # header framings
 FRAMING_SINGLE_OBJECT = 0
@@ -122,6 +138,26 @@ def _utf8_ok(buf, pos, end):
                 return False
         p += need + 1
     return True
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _varint(buf, pos, end, last):
+    """A zigzag varint of at most ``last + 1`` bytes; returns (value, new pos, status)."""
+    last_max = 0x0F if last == 4 else 0x01
+    acc = np.int64(0)
+    k = 0
+    while True:
+        if pos >= end:
+            return np.int64(-1), pos, TRUNCATED
+        b = buf[pos]
+        pos += 1
+        if k == last and b > last_max:
+            return np.int64(-1), pos, VARINT_OVERFLOW
+        acc |= np.int64(b & 0x7F) << (7 * k)
+        if b < 0x80:
+            break
+        k += 1
+    return ((acc >> 1) & _LOW63) ^ -(acc & 1), pos, OK
 
 
 @nb.njit(cache=True, nogil=True)
@@ -212,8 +248,118 @@ def decode_bodies(
 
 
 @nb.njit(cache=True, nogil=True)
+def decode_bodies_general(
+    buf,
+    starts,
+    ends,
+    types,
+    enum_n,
+    check_utf8,
+    var_slot,
+    null_branch,
+    null_slot,
+    vals,
+    lens,
+    nulls,
+    status,
+    err_pos,
+    err_field,
+):
+    """Decode record i from ``buf[starts[i]:ends[i]]`` into ``vals[:, i]`` / ``lens[:, i]``, for
+    layouts with nullable or fixed fields (:func:`decode_bodies` keeps the others fast)."""
+    n = len(starts)
+    nf = len(types)
+    for i in range(n):
+        pos = starts[i]
+        end = ends[i]
+        st = OK
+        f = 0
+        fstart = pos
+        while f < nf:
+            t = types[f]
+            fstart = pos
+            nbr = null_branch[f]
+            if nbr >= 0:
+                branch, pos, st = _varint(buf, pos, end, 9)
+                if st != OK:
+                    break
+                if branch == nbr:
+                    nulls[null_slot[f], i] = True
+                    if t >= T_STRING:
+                        vals[f, i] = -1
+                        lens[var_slot[f], i] = enum_n[f] if t == T_FIXED else 0
+                    else:
+                        vals[f, i] = 0
+                    f += 1
+                    continue
+                if branch != 1 - nbr:
+                    st = BAD_UNION
+                    break
+                nulls[null_slot[f], i] = False
+            if t == T_BOOLEAN:
+                if pos >= end:
+                    st = TRUNCATED
+                    break
+                b = buf[pos]
+                if b > 1:
+                    st = BAD_BOOLEAN
+                    break
+                vals[f, i] = b
+                pos += 1
+            elif T_FLOAT <= t <= T_DOUBLE:
+                width = 4 if t == T_FLOAT else 8
+                if end - pos < width:
+                    st = TRUNCATED
+                    break
+                v = np.int64(0)
+                for k in range(width):
+                    v |= np.int64(buf[pos + k]) << (8 * k)
+                vals[f, i] = v
+                pos += width
+            elif t == T_FIXED:
+                if end - pos < enum_n[f]:
+                    st = TRUNCATED
+                    break
+                vals[f, i] = pos
+                lens[var_slot[f], i] = enum_n[f]
+                pos += enum_n[f]
+            else:
+                v, pos, st = _varint(buf, pos, end, 4 if t <= T_ENUM else 9)
+                if st != OK:
+                    break
+                if t >= T_STRING:
+                    if v < 0:
+                        st = NEGATIVE_LENGTH
+                        break
+                    if v > end - pos:
+                        st = LENGTH_PAST_END
+                        break
+                    if check_utf8[f] and not _utf8_ok(buf, pos, pos + v):
+                        st = BAD_UTF8
+                        break
+                    vals[f, i] = pos
+                    lens[var_slot[f], i] = v
+                    pos += v
+                else:
+                    if t == T_ENUM and (v < 0 or v >= enum_n[f]):
+                        st = ENUM_OUT_OF_RANGE
+                        break
+                    vals[f, i] = v
+            f += 1
+        if st == OK and pos != end:
+            st = TRAILING_BYTES
+            fstart = pos
+            f = -1
+        status[i] = st
+        if st != OK:
+            err_pos[i] = fstart
+            err_field[i] = f
+
+
+@nb.njit(cache=True, nogil=True)
 def gather_slices(buf, starts, lens):
-    """Concatenate ``buf[starts[j]:starts[j]+lens[j]]`` into an offsets/data pair."""
+    """Concatenate ``buf[starts[j]:starts[j]+lens[j]]`` into an offsets/data pair (a start of
+    -1 gives ``lens[j]`` zero bytes: a null fixed value)."""
     n = len(starts)
     offsets = np.empty(n + 1, np.int64)
     offsets[0] = 0
@@ -223,6 +369,10 @@ def gather_slices(buf, starts, lens):
     for j in range(n):
         s = starts[j]
         d = offsets[j]
+        if s < 0:
+            for k in range(lens[j]):
+                out[d + k] = 0
+            continue
         for k in range(lens[j]):
             out[d + k] = buf[s + k]
     return offsets, out
@@ -256,6 +406,71 @@ def encode_bodies(header, types, var_slot, vals, var_data, lens, out):
                 for k in range(width):
                     out[pos + k] = (v >> (8 * k)) & 0xFF
                 pos += width
+            else:
+                length = np.int64(0)
+                if t >= T_STRING:
+                    length = lens[var_slot[f], i]
+                    z = length << 1
+                else:
+                    z = (v << 1) ^ (v >> 63)
+                while z < 0 or z >= 0x80:
+                    out[pos] = (z & 0x7F) | 0x80
+                    z = (z >> 7) & _LOW57
+                    pos += 1
+                out[pos] = z
+                pos += 1
+                if t >= T_STRING:
+                    for k in range(length):
+                        out[pos + k] = var_data[v + k]
+                    pos += length
+        offsets[i + 1] = pos
+    return offsets
+
+
+@nb.njit(cache=True, nogil=True)
+def encode_bodies_general(
+    header, types, var_slot, null_branch, null_slot, vals, var_data, lens, nulls, out
+):
+    """Write header + body of record i for every i into ``out``; returns offsets int64[n+1].
+
+    ``out`` must hold the worst case (see :data:`MAX_FIXED_SIZE`, plus a byte per nullable
+    field); inputs follow the decode layout (strings and fixed as start into ``var_data`` plus
+    ``lens``, which for fixed must be its size; ``nulls`` for the nullable fields).
+    """
+    nf = len(types)
+    n = vals.shape[1]
+    hl = len(header)
+    offsets = np.empty(n + 1, np.int64)
+    offsets[0] = 0
+    pos = 0
+    for i in range(n):
+        for k in range(hl):
+            out[pos + k] = header[k]
+        pos += hl
+        for f in range(nf):
+            t = types[f]
+            v = vals[f, i]
+            nbr = null_branch[f]
+            if nbr >= 0:
+                if nulls[null_slot[f], i]:
+                    out[pos] = 2 * nbr
+                    pos += 1
+                    continue
+                out[pos] = 2 - 2 * nbr
+                pos += 1
+            if t == T_BOOLEAN:
+                out[pos] = 1 if v != 0 else 0
+                pos += 1
+            elif T_FLOAT <= t <= T_DOUBLE:
+                width = 4 if t == T_FLOAT else 8
+                for k in range(width):
+                    out[pos + k] = (v >> (8 * k)) & 0xFF
+                pos += width
+            elif t == T_FIXED:
+                length = lens[var_slot[f], i]
+                for k in range(length):
+                    out[pos + k] = var_data[v + k]
+                pos += length
             else:
                 length = np.int64(0)
                 if t >= T_STRING:

@@ -7,6 +7,13 @@ skipped fields, promotions, enum symbol mapping) is done per column with numpy, 
 Bad records never fail the call: they come back in ``errors`` with a reason, for the dead-letter
 topic. Writer schemas the kernels cannot read (e.g. a union the reader ignores) fall back to
 fastavro per record, which is slow but keeps such records flowing.
+
+Every decode has bounds (:class:`DecodeLimits`): a record over ``max_record_bytes`` is refused
+before it is read, and a record taking the per-record path is first walked against its writer
+schema, so that a collection's item count can never exceed the bytes left (a block count of
+2**62 in a 42-byte record would otherwise keep fastavro busy forever), nor the record's items
+``max_collection_items``, nor its nesting ``max_nesting``. Such records become errors with the
+reason, like any other bad record.
 """
 
 from __future__ import annotations
@@ -16,31 +23,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from processors.core.batch import Column, VarColumn
+from processors.core.batch import Column, VarColumn, null_column
 from topics import avro_kernels as K
 from topics.avro import (
-    FlatField,
     RegistryCodec,
-    Resolution,
     SchemaError,
     SchemaStore,
     confluent_header,
     decode_body,
     decode_single_object,
     encode_single_object,
-    flat_fields,
-    resolve_flat,
     single_object_header,
 )
+from topics.avro_bounds import DecodeBoundsError, DecodeLimits, check_bounds
+from topics.avro_layout import FlatField, Resolution, flat_fields, resolve_flat
+from topics.columnar_values import (
+    DTYPES,
+    VAR_TYPES,
+    check_sizes,
+    columns_from_rows,
+    default_column,
+    fixed_bits,
+    strip_logical,
+    zeros,
+)
 
-DTYPES = {
-    "boolean": np.dtype(np.bool_),
-    "int": np.dtype(np.int32),
-    "long": np.dtype(np.int64),
-    "float": np.dtype(np.float32),
-    "double": np.dtype(np.float64),
-    "enum": np.dtype(np.int32),
-}
 _REASONS = {
     K.TRUNCATED: "truncated record",
     K.VARINT_OVERFLOW: "varint overflow",
@@ -49,6 +56,7 @@ _REASONS = {
     K.ENUM_OUT_OF_RANGE: "enum index out of range",
     K.BAD_BOOLEAN: "invalid boolean byte",
     K.BAD_UTF8: "invalid UTF-8",
+    K.BAD_UNION: "union branch index out of range",
 }
 
 
@@ -56,12 +64,39 @@ _REASONS = {
 class DecodeResult:
     """Decoded columns of the good records (input order kept) and a reason for every bad one."""
 
-    columns: dict[str, Column]  # reader-schema field order
+    columns: dict[str, Column]  # reader-schema leaf order, each null column after its values
     good: np.ndarray  # int64 input indices of the decoded records
     errors: list[tuple[int, str]]  # (input index, reason), ascending by index
 
     def __len__(self) -> int:
         return len(self.good)
+
+
+@dataclass
+class _Layout:
+    """The per-field arrays the kernels read for one list of leaves."""
+
+    types: np.ndarray  # int8 type code per field
+    enum_n: np.ndarray  # int32 symbol count (enum) or size (fixed) per field
+    var_slot: np.ndarray  # int32 row in lens for string/bytes/fixed fields, else -1
+    null_branch: np.ndarray  # int8 union branch of "null", -1 for fields never null
+    null_slot: np.ndarray  # int32 row in nulls for nullable fields, else -1
+
+    @classmethod
+    def of(cls, fields: list[FlatField]) -> _Layout:
+        types = np.array([K.TYPE_CODES[f.type] for f in fields], np.int8)
+        enum_n = np.array([len(f.symbols) or f.size for f in fields], np.int32)
+        null_branch = np.array([f.null_index for f in fields], np.int8)
+        return cls(types, enum_n, _slots([f.type in VAR_TYPES for f in fields]), null_branch,
+                   _slots([f.nullable for f in fields]))  # fmt: skip
+
+    @property
+    def general(self) -> bool:
+        """Whether a field is nullable or fixed: the kernels' general (slower) variants."""
+        return bool((self.null_branch >= 0).any() or (self.types == K.T_FIXED).any())
+
+    def rows(self, slot: np.ndarray, m: int, dtype: type) -> np.ndarray:
+        return np.empty((max(int((slot >= 0).sum()), 1), m), dtype)
 
 
 @dataclass
@@ -71,11 +106,10 @@ class _Plan:
     writer: dict
     res: Resolution
     fields: list[FlatField]  # writer fields
-    types: np.ndarray  # int8 type code per writer field
-    enum_n: np.ndarray  # int32 symbol count per writer field
-    var_slot: np.ndarray  # int32 row in lens for string/bytes fields, else -1
+    lay: _Layout
     check_utf8: np.ndarray  # bool: the reader reads this field as a string
     luts: list[np.ndarray | None]  # per reader field: enum index map
+    plain_writer: object = None  # writer without logical types, for the per-record path
 
 
 def _make_plan(writer: dict, reader: dict, rfields: list[FlatField]) -> _Plan:
@@ -86,38 +120,15 @@ def _make_plan(writer: dict, reader: dict, rfields: list[FlatField]) -> _Plan:
         if w >= 0:
             check[w] = rf.type == "string"
     luts = [None if m is None else np.array(m or [0], np.int32) for m in res.enum_maps]
-    types = np.array([K.TYPE_CODES[f.type] for f in wf], np.int8)
-    enum_n = np.array([len(f.symbols) for f in wf], np.int32)
-    return _Plan(writer, res, wf, types, enum_n, _var_slots(wf), check, luts)
+    return _Plan(writer, res, wf, _Layout.of(wf), check, luts, strip_logical(writer))
 
 
-def _var_slots(fields: list[FlatField]) -> np.ndarray:
-    slots = np.full(len(fields), -1, np.int32)
-    var = [i for i, f in enumerate(fields) if f.type in ("string", "bytes")]
-    slots[var] = np.arange(len(var), dtype=np.int32)
+def _slots(used: list[bool]) -> np.ndarray:
+    """Row numbers 0, 1, ... for the fields that use a row, -1 for the others."""
+    slots = np.full(len(used), -1, np.int32)
+    which = np.flatnonzero(np.array(used, np.bool_))
+    slots[which] = np.arange(len(which), dtype=np.int32)
     return slots
-
-
-def _default_column(f: FlatField, n: int) -> Column:
-    if f.type in ("string", "bytes"):
-        raw = f.default.encode("utf-8" if f.type == "string" else "latin-1")
-        data = np.frombuffer(raw * n, np.uint8).copy()
-        return VarColumn(np.arange(n + 1, dtype=np.int64) * len(raw), data, f.type == "string")
-    value = f.symbols.index(f.default) if f.type == "enum" else f.default
-    return np.full(n, value, DTYPES[f.type])
-
-
-def _zero_column(f: FlatField) -> Column:
-    """One value of ``f``'s type: zero, the empty string, the first enum symbol."""
-    if f.type in ("string", "bytes"):
-        return VarColumn(np.zeros(2, np.int64), np.zeros(0, np.uint8), f.type == "string")
-    return np.zeros(1, DTYPES[f.type])
-
-
-def _empty_column(f: FlatField) -> Column:
-    if f.type in ("string", "bytes"):
-        return VarColumn(np.zeros(1, np.int64), np.zeros(0, np.uint8), f.type == "string")
-    return np.zeros(0, DTYPES[f.type])
 
 
 class RecordCodec:
@@ -132,8 +143,10 @@ class RecordCodec:
         reader_schema: dict,
         store: SchemaStore | None = None,
         registry: RegistryCodec | None = None,
+        limits: DecodeLimits | None = None,
     ) -> None:
         self.schema = reader_schema
+        self.limits = limits if limits is not None else DecodeLimits.from_env()
         self.fields = flat_fields(reader_schema)
         self.registry = registry
         self.store = store if store is not None else SchemaStore()
@@ -144,8 +157,8 @@ class RecordCodec:
         else:
             self.header = confluent_header(registry.schema_id(reader_schema))
             self._framing = K.FRAMING_CONFLUENT
-        self._types = np.array([K.TYPE_CODES[f.type] for f in self.fields], np.int8)
-        self._var_slot = _var_slots(self.fields)
+        self._lay = _Layout.of(self.fields)
+        self._plain_schema = strip_logical(reader_schema)
         self._plans: dict[int, _Plan] = {}
 
     # --- decoding -------------------------------------------------------------------------
@@ -169,9 +182,13 @@ class RecordCodec:
             raise ValueError("offsets must be non-decreasing and within buf")
         hstatus, keys, body = K.parse_headers(data, offs, self._framing)
         errors: list[tuple[int, str]] = []
-        for i in np.flatnonzero(hstatus).tolist():
+        too_big = np.diff(offs) > self.limits.max_record_bytes
+        for i in np.flatnonzero(too_big).tolist():
+            size, most = int(offs[i + 1] - offs[i]), self.limits.max_record_bytes
+            errors.append((i, f"record of {size} bytes exceeds max_record_bytes ({most})"))
+        for i in np.flatnonzero((hstatus != 0) & ~too_big).tolist():
             errors.append((i, self._header_reason(data, offs, i, hstatus[i])))
-        ok = np.flatnonzero(hstatus == 0)
+        ok = np.flatnonzero((hstatus == 0) & ~too_big)
         okkeys = keys[ok]
         if len(ok) and np.all(okkeys == okkeys[0]):
             groups = [(int(okkeys[0]), ok)]
@@ -203,25 +220,37 @@ class RecordCodec:
         return f"message of {size} bytes is too short for a {kind} header"
 
     def _decode_group(self, plan: _Plan, data, offs, body, idx, errors) -> tuple[np.ndarray, dict]:
-        m, nf = len(idx), len(plan.fields)
-        vals = np.empty((nf, m), np.int64)
-        lens = np.empty((max(int((plan.var_slot >= 0).sum()), 1), m), np.int64)
+        m, lay = len(idx), plan.lay
+        vals = np.empty((len(plan.fields), m), np.int64)
+        lens = lay.rows(lay.var_slot, m, np.int64)
+        nulls = lay.rows(lay.null_slot, m, np.bool_)
         status = np.empty(m, np.int8)
         err_pos = np.empty(m, np.int64)
         err_field = np.empty(m, np.int32)
         starts, ends = body[idx], offs[idx + 1]
-        K.decode_bodies(data, starts, ends, plan.types, plan.enum_n, plan.check_utf8,
-                        plan.var_slot, vals, lens, status, err_pos, err_field)  # fmt: skip
+        common = (data, starts, ends, lay.types, lay.enum_n, plan.check_utf8, lay.var_slot)
+        if lay.general:
+            K.decode_bodies_general(*common, lay.null_branch, lay.null_slot, vals, lens, nulls,
+                                    status, err_pos, err_field)  # fmt: skip
+        else:  # the flat records of old keep their own, faster kernel
+            K.decode_bodies(*common, vals, lens, status, err_pos, err_field)
         good_mask = status == 0
         ops = list(zip(self.fields, plan.res.sources, plan.luts, strict=True))
-        for rf, w, lut in ops:  # enum symbols the reader does not know
-            if lut is not None and np.any(lut < 0):
-                mapped = lut[np.where(good_mask, vals[w], 0)]
-                for j in np.flatnonzero(good_mask & (mapped < 0)).tolist():
+        for rf, w, lut in ops:
+            wnull = None if w < 0 or lay.null_slot[w] < 0 else nulls[lay.null_slot[w]]
+            if wnull is not None and not rf.nullable:  # Avro: null matches no reader branch
+                bad = good_mask & wnull
+                reason = f"field '{rf.name}' is null, and the reader's field is not nullable"
+                errors.extend((int(idx[j]), reason) for j in np.flatnonzero(bad).tolist())
+                good_mask &= ~bad
+            if lut is not None and np.any(lut < 0):  # enum symbols the reader does not know
+                known = good_mask if wnull is None else good_mask & ~wnull
+                mapped = lut[np.where(known, vals[w], 0)]
+                for j in np.flatnonzero(known & (mapped < 0)).tolist():
                     sym = plan.fields[w].symbols[vals[w, j]]
                     reason = f"enum symbol '{sym}' of field '{rf.name}' is unknown to the reader"
                     errors.append((int(idx[j]), reason))
-                good_mask &= ~((mapped < 0) & good_mask)
+                good_mask &= ~((mapped < 0) & known)
         for j in np.flatnonzero(status).tolist():
             i, st, f = int(idx[j]), int(status[j]), int(err_field[j])
             at = int(err_pos[j] - offs[i])
@@ -234,103 +263,152 @@ class RecordCodec:
         m_good = m if all_good else len(sel)
         cols: dict[str, Column] = {}
         for rf, w, lut in ops:
+            wslot = -1 if w < 0 else lay.null_slot[w]
             if w < 0:
-                cols[rf.name] = _default_column(rf, m_good)
-                continue
-            raw = vals[w] if sel is None else vals[w, sel]
-            wt = plan.fields[w].type
-            if wt in ("string", "bytes"):
-                ln = lens[plan.var_slot[w]]
-                o, d = K.gather_slices(data, raw, ln if sel is None else ln[sel])
-                cols[rf.name] = VarColumn(o, d, rf.type == "string")
-                continue
-            if wt == "float":
-                col = raw.astype(np.uint32).view(np.float32)
-            elif wt == "double":
-                col = raw.view(np.float64)
-            elif lut is not None:
-                col = lut[raw]
+                cols[rf.name] = default_column(rf, m_good)
             else:
-                col = raw.astype(DTYPES[wt], copy=False)
-            cols[rf.name] = col.astype(DTYPES[rf.type], copy=False)
+                cols[rf.name] = self._column(plan, rf, w, lut, data, vals, lens, sel, nulls)
+            if rf.nullable:
+                if wslot >= 0:
+                    cols[null_column(rf.name)] = nulls[wslot] if sel is None else nulls[wslot, sel]
+                else:
+                    cols[null_column(rf.name)] = np.full(m_good, w < 0 and rf.default is None)
         return idx if sel is None else idx[sel], cols
 
+    @staticmethod
+    def _column(plan: _Plan, rf: FlatField, w: int, lut, data, vals, lens, sel, nulls) -> Column:
+        """Reader field ``rf``'s column from writer field ``w``'s row of the decode output."""
+        raw = vals[w] if sel is None else vals[w, sel]
+        wt = plan.fields[w].type
+        if wt in VAR_TYPES:
+            ln = lens[plan.lay.var_slot[w]]
+            o, d = K.gather_slices(data, raw, ln if sel is None else ln[sel])
+            return VarColumn(o, d, rf.type == "string")
+        if wt == "float":
+            col = raw.astype(np.uint32).view(np.float32)
+        elif wt == "double":
+            col = raw.view(np.float64)
+        elif lut is not None:
+            col = lut[raw]
+            if plan.lay.null_slot[w] >= 0:  # null rows read index 0, which the lut may not map
+                wnull = nulls[plan.lay.null_slot[w]]
+                col[wnull if sel is None else wnull[sel]] = 0
+        else:
+            col = raw.astype(DTYPES[wt], copy=False)
+        return col.astype(DTYPES[rf.type], copy=False)
+
     def _decode_fallback(self, plan: _Plan, data, offs, body, idx, errors) -> tuple:
-        """fastavro per record, for writer schemas the kernels do not support."""
+        """fastavro per record, for writer schemas the kernels do not support; each record is
+        first checked against the decode bounds (fastavro trusts the counts in the data)."""
         rows, good = [], []
         for i in idx.tolist():
+            raw = data[body[i] : offs[i + 1]].tobytes()
             try:
-                rows.append(
-                    decode_body(data[body[i] : offs[i + 1]].tobytes(), plan.writer, self.schema)
-                )
+                check_bounds(raw, plan.writer, self.limits)
+                rows.append(decode_body(raw, plan.plain_writer, self._plain_schema))
                 good.append(i)
+            except DecodeBoundsError as exc:
+                errors.append((i, f"decode bounds: {exc}"))
             except (ValueError, SchemaError) as exc:
                 errors.append((i, str(exc)))
-        return np.array(good, np.int64), self._columns_from_rows(rows)
-
-    def _columns_from_rows(self, rows: list[dict]) -> dict[str, Column]:
-        cols: dict[str, Column] = {}
-        for f in self.fields:
-            values = [r[f.name] for r in rows]
-            if f.type in ("string", "bytes"):
-                cols[f.name] = VarColumn.from_values(values, utf8=f.type == "string")
-            elif f.type == "enum":
-                cols[f.name] = np.array([f.symbols.index(v) for v in values], np.int32)
-            else:
-                cols[f.name] = np.array(values, DTYPES[f.type])
-        return cols
+        return np.array(good, np.int64), columns_from_rows(self.fields, rows)
 
     def _assemble(self, pieces, errors) -> DecodeResult:
         if len(pieces) == 1:
             return DecodeResult(pieces[0][1], pieces[0][0].astype(np.int64, copy=False), errors)
         if not pieces:
-            cols = {f.name: _empty_column(f) for f in self.fields}
+            cols = self._zero_columns(0)
             return DecodeResult(cols, np.zeros(0, np.int64), errors)
         idx = np.concatenate([p[0] for p in pieces]).astype(np.int64)
         order = np.argsort(idx, kind="stable")
         cols = {}
-        for f in self.fields:
-            parts = [p[1][f.name] for p in pieces]
+        for name in pieces[0][1]:
+            parts = [p[1][name] for p in pieces]
             if isinstance(parts[0], VarColumn):
-                cols[f.name] = VarColumn.concat(parts).take(order)
+                cols[name] = VarColumn.concat(parts).take(order)
             else:
-                cols[f.name] = np.concatenate(parts)[order]
+                cols[name] = np.concatenate(parts)[order]
         return DecodeResult(cols, idx[order], errors)
 
     # --- encoding -------------------------------------------------------------------------
 
     def encode_many(self, columns: Mapping[str, Column], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """n complete messages (header + body) as one buffer plus int64 offsets[n+1]."""
+        """n complete messages (header + body) as one buffer plus int64 offsets[n+1].
+
+        A nullable field ``c`` is null where the bool column ``c?`` is True (no such column:
+        never null); the value column's entries there are ignored.
+        """
+        lay = self._lay
         vals = np.empty((len(self.fields), n), np.int64)
+        nulls = lay.rows(lay.null_slot, n, np.bool_)
         var_cols: list[VarColumn] = []
         for fi, f in enumerate(self.fields):
-            col = columns.get(f.name)
+            col, nul = columns.get(f.name), self._nulls(f, columns, n)
             if col is None:
                 if not f.has_default:
                     raise SchemaError(f"no column for field '{f.name}' (it has no default)")
-                col = _default_column(f, n)
-            if f.type in ("string", "bytes"):
+                col = default_column(f, n)
+                if f.nullable and f.default is None and nul is None:
+                    nul = np.ones(n, np.bool_)
+            if nul is not None:
+                nulls[lay.null_slot[fi]] = nul
+            if f.type in VAR_TYPES:
                 if not isinstance(col, VarColumn):
                     col = VarColumn.from_values(list(col), utf8=f.type == "string")
                 if len(col) != n:
                     raise ValueError(f"column '{f.name}' has {len(col)} values, expected {n}")
+                if f.type == "fixed":
+                    check_sizes(f, col, nul)
                 var_cols.append(col)
                 continue
-            vals[fi] = _fixed_bits(f, np.asarray(col), n)
-        lens = np.empty((max(len(var_cols), 1), n), np.int64)
+            col = np.asarray(col)
+            if nul is not None and col.shape == (n,):  # values under nulls need not be in range
+                col = np.where(nul, np.zeros(1, col.dtype), col)
+            vals[fi] = fixed_bits(f, col, n)
+        lens = lay.rows(lay.var_slot, n, np.int64)
         base, datas = 0, []
-        for slot, (fi, col) in enumerate(zip(np.flatnonzero(self._var_slot >= 0), var_cols,
+        for slot, (fi, col) in enumerate(zip(np.flatnonzero(lay.var_slot >= 0), var_cols,
                                              strict=True)):  # fmt: skip
             vals[fi] = col.offsets[:-1] + (base - int(col.offsets[0]))
             lens[slot] = np.diff(col.offsets)
             datas.append(col.data[col.offsets[0] : col.offsets[-1]])
             base += int(col.offsets[-1] - col.offsets[0])
         var_data = datas[0] if len(datas) == 1 else np.concatenate([np.zeros(0, np.uint8), *datas])
-        fixed = sum(K.MAX_FIXED_SIZE.get(int(t), 10) for t in self._types)
+        fixed = sum(K.MAX_FIXED_SIZE.get(int(t), 10) for t in lay.types)
+        fixed += int((lay.null_branch >= 0).sum())
         out = np.empty(n * (len(self.header) + fixed) + base, np.uint8)
         header = np.frombuffer(self.header, np.uint8)
-        offsets = K.encode_bodies(header, self._types, self._var_slot, vals, var_data, lens, out)
+        if lay.general:
+            nullable = (lay.null_branch, lay.null_slot)
+            offsets = K.encode_bodies_general(header, lay.types, lay.var_slot, *nullable, vals,
+                                              var_data, lens, nulls, out)  # fmt: skip
+        else:
+            offsets = K.encode_bodies(header, lay.types, lay.var_slot, vals, var_data, lens, out)
         return out[: offsets[n]], offsets
+
+    @staticmethod
+    def _nulls(f: FlatField, columns: Mapping[str, Column], n: int) -> np.ndarray | None:
+        """Field ``f``'s null column, checked; None when there is none."""
+        nul = columns.get(null_column(f.name))
+        if nul is None:
+            return None
+        nul = np.asarray(nul)
+        if nul.shape != (n,) or nul.dtype != np.bool_:
+            raise ValueError(f"null column '{null_column(f.name)}' must be {n} booleans")
+        if not f.nullable and nul.any():
+            raise ValueError(
+                f"field '{f.name}' is not nullable but '{null_column(f.name)}' has nulls"
+            )
+        return nul if f.nullable else None
+
+    def _zero_columns(self, n: int) -> dict[str, Column]:
+        """n records whose every field is zero and not null, as columns."""
+        cols: dict[str, Column] = {}
+        for f in self.fields:
+            cols[f.name] = zeros(f, n)
+            if f.nullable:
+                cols[null_column(f.name)] = np.zeros(n, np.bool_)
+        return cols
 
     def warm_up(self) -> dict[str, Column]:
         """Encode and decode one zero-valued record, and return its columns.
@@ -339,7 +417,7 @@ class RecordCodec:
         cache); a worker calls this before consuming so that the first batch's measured time,
         which feeds the scheduler's per-tuple costs, is the batch's own.
         """
-        columns = {f.name: _zero_column(f) for f in self.fields}
+        columns = self._zero_columns(1)
         buf, offsets = self.encode_many(columns, 1)
         result = self.decode_many(buf, offsets)
         if result.errors:
@@ -357,25 +435,3 @@ class RecordCodec:
         if self.registry is not None:
             return self.registry.encode(self.schema, record)
         return encode_single_object(self.schema, record)
-
-
-_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
-
-
-def _fixed_bits(f: FlatField, col: np.ndarray, n: int) -> np.ndarray:
-    """A fixed-size column as the int64 row the encode kernel reads; checks dtype and range."""
-    if col.shape != (n,):
-        raise ValueError(f"column '{f.name}' has shape {col.shape}, expected ({n},)")
-    if f.type == "float":
-        return col.astype(np.float32, copy=False).view(np.uint32)
-    if f.type == "double":
-        return col.astype(np.float64, copy=False).view(np.int64)
-    if f.type == "boolean":
-        return col.astype(np.bool_, copy=False)
-    if col.dtype.kind not in "iub":
-        raise SchemaError(f"column '{f.name}' has dtype {col.dtype}, expected {f.type} integers")
-    lo, hi = (0, len(f.symbols) - 1) if f.type == "enum" else _INT_RANGE[f.type]
-    needs_check = f.type == "enum" or not np.can_cast(col.dtype, DTYPES[f.type])
-    if n and needs_check and (int(col.min()) < lo or int(col.max()) > hi):
-        raise ValueError(f"column '{f.name}' has values outside {f.type} range [{lo}, {hi}]")
-    return col

@@ -22,6 +22,14 @@ DELETE = -1
 # int64 column a window stage adds to its delta stream: the id of each tuple in the window, so
 # that a delete names exactly the tuple it removes (docs/windows-and-joins.md)
 ROW_ID = "__rid"
+# a nullable field ``c`` is the value column ``c`` (zero where null) plus a bool column
+# ``c + NULL_SUFFIX`` (True where null); a column without that companion is never null
+NULL_SUFFIX = "?"
+
+
+def null_column(name: str) -> str:
+    """The name of the companion bool column saying where column ``name`` is null."""
+    return name + NULL_SUFFIX
 
 
 @dataclass(slots=True)

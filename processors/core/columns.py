@@ -37,6 +37,8 @@ class Predicate:
         )
 
     def __str__(self) -> str:
+        if self.op in ("is_null", "is_not_null"):
+            return f"{self.ref} IS {'NOT ' if self.op == 'is_not_null' else ''}NULL"
         return str(Filter(self.ref.stream, self.ref.field, self.op, self.values))  # type: ignore[arg-type]
 
 
@@ -48,7 +50,8 @@ def _compare(op: str) -> Callable[[Col, Any], Predicate]:
 
 
 class Col:
-    """A column in filters: ``col("r.x") > 30.0``, ``.isin({...})``, ``.between(lo, hi)``."""
+    """A column in filters: ``col("r.x") > 30.0``, ``.isin({...})``, ``.between(lo, hi)``,
+    ``.is_null()``, ``.is_not_null()``."""
 
     __slots__ = ("ref",)
     __hash__ = None  # type: ignore[assignment]  # == builds a Predicate, so no hashing
@@ -72,6 +75,14 @@ class Col:
     def between(self, low: Any, high: Any) -> Predicate:
         """Inclusive on both ends, as in SQL."""
         return Predicate(self.ref, "between", (low, high))
+
+    def is_null(self) -> Predicate:
+        """SQL ``IS NULL``: true where a nullable field is null."""
+        return Predicate(self.ref, "is_null", ())
+
+    def is_not_null(self) -> Predicate:
+        """SQL ``IS NOT NULL``: true where the field holds a value."""
+        return Predicate(self.ref, "is_not_null", ())
 
 
 def col(ref: str) -> Col:

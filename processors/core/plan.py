@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
+from processors.core.batch import NULL_SUFFIX, null_column
 from processors.core.ordering.config import OrderingConfig
 from processors.core.scheduling.config import SchedulingConfig
 
@@ -44,12 +45,18 @@ class ColumnRef:
 
 @dataclass(frozen=True)
 class FieldInfo:
-    """One flat field of an input record; ``type`` is the Avro primitive (or ``enum``)."""
+    """One flat field of an input record; ``type`` is the Avro primitive (or ``enum``).
+
+    A nullable field (a union of ``"null"`` and one other type) has ``nullable`` set; ``type``,
+    ``avro`` and ``symbols`` then describe its non-null branch. Its batches carry the companion
+    bool column ``null_column(name)`` (docs/windows-and-joins.md, "Nulls").
+    """
 
     name: str
     type: str
-    avro: Any  # the field's type exactly as the schema wrote it, for the output schema
+    avro: Any  # the (non-null) type as the schema wrote it, for the output schema
     symbols: tuple[str, ...] = ()  # enum symbols
+    nullable: bool = False
 
     @property
     def family(self) -> str:
@@ -71,6 +78,16 @@ class StreamSpec:
 
     def field(self, name: str) -> FieldInfo | None:
         return next((f for f in self.fields if f.name == name), None)
+
+    def filter_field(self, name: str) -> FieldInfo | None:
+        """A field a filter may read: a schema field, or the companion bool column of a
+        nullable one (the implicit not-null filters and ``is_null()`` read it)."""
+        info = self.field(name)
+        if info is None and name.endswith(NULL_SUFFIX):
+            base = self.field(name[: -len(NULL_SUFFIX)])
+            if base is not None and base.nullable:
+                return FieldInfo(name, "boolean", "boolean")
+        return info
 
 
 @dataclass(frozen=True)
@@ -107,13 +124,25 @@ class Filter:
     values: tuple[Any, ...]
     placement: Placement = "below_window"
 
+    @property
+    def is_null_check(self) -> bool:
+        """Whether this filter reads a companion null column (IS NULL / IS NOT NULL)."""
+        return self.column.endswith(NULL_SUFFIX) and self.op == "=="
+
     def __str__(self) -> str:
         ref = f"{self.stream}.{self.column}"
+        if self.is_null_check:
+            return f"{ref[: -len(NULL_SUFFIX)]} IS {'' if self.values[0] else 'NOT '}NULL"
         if self.op == "between":
             return f"{ref} BETWEEN {self.values[0]!r} AND {self.values[1]!r}"
         if self.op == "in":
             return f"{ref} IN ({', '.join(map(repr, self.values))})"
         return f"{ref} {self.op} {self.values[0]!r}"
+
+
+def null_check(stream: str, column: str, is_null: bool, placement: Placement) -> Filter:
+    """``stream.column IS [NOT] NULL``: a filter on the column's companion null column."""
+    return Filter(stream, null_column(column), "==", (is_null,), placement)
 
 
 @dataclass(frozen=True)
@@ -265,6 +294,7 @@ class LogicalPlan:
                     "timestamp": s.timestamp,
                     "partitions": s.partitions,
                     "fields": {f.name: f.type for f in s.fields},
+                    "nullable": [f.name for f in s.fields if f.nullable],
                     "window": str(self.windows[s.name]) if s.name in self.windows else None,
                 }
                 for s in self.streams

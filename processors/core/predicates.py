@@ -194,7 +194,7 @@ def plan_predicates(
     spec = plan.stream(stream)
     out = []
     for flt in plan.filters_on(stream, placement):  # type: ignore[arg-type]
-        info = spec.field(flt.column)
+        info = spec.filter_field(flt.column)  # a companion null column is a bool field here
         if info is None:  # the plan validated its filters; this is a bug if it happens
             raise PredicateError(f"filter {flt}: stream {stream} has no field {flt.column}")
         out.append(from_plan_filter(flt, info))

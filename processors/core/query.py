@@ -52,12 +52,14 @@ from processors.core.plan import (
 from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
 from processors.core.schema_derivation import aggregate_schema, output_schema, parse_fields
 from processors.core.validation import (
-    check_constants,
+    check_costs,
     check_joins,
     check_ordering_type,
     check_partitions,
     check_topic,
+    checked_filter,
     collides,
+    with_null_checks,
 )
 
 __all__ = ["Col", "LogicalPlan", "Predicate", "Query", "QueryError", "col"]
@@ -126,6 +128,11 @@ class Query:
             logical = info.avro.get("logicalType", "") if isinstance(info.avro, Mapping) else ""
             if role == "timestamp" and logical.endswith(_SUB_MS):
                 raise QueryError(f"stream {name!r}: timestamp field {fname!r} is {logical}, not ms")
+            if role == "timestamp" and info.nullable:
+                raise QueryError(
+                    f"stream {name!r}: timestamp field {fname!r} is nullable; event time must "
+                    "be set on every record"
+                )
         self._streams[name] = spec
         return self
 
@@ -155,7 +162,8 @@ class Query:
         return self
 
     def where(self, *predicates: Predicate) -> Query:
-        """Conjunctive filters, each on one stream's column: ``col("r.x") > 1``."""
+        """Conjunctive filters, each on one stream's column: ``col("r.x") > 1``,
+        ``col("r.x").is_null()``; a comparison drops rows where its column is null (SQL)."""
         for p in predicates:
             if not isinstance(p, Predicate):
                 raise QueryError(f"where() takes filters such as col('r.x') > 1, not {p!r}")
@@ -191,8 +199,9 @@ class Query:
     def aggregate(self, **aggregates: tuple[str, str | None] | str) -> Query:
         """Aggregates by output name: ``total=("sum", "a.size")``, ``n="count"``.
 
-        Functions: count (of rows; no column), sum, avg, min, max. With group_by() they are
-        per group, without it over the whole relation.
+        Functions: count (of rows without a column, of non-null values with one), sum, avg,
+        min, max (nulls ignored, as in SQL). With group_by() they are per group, without it
+        over the whole relation.
         """
         for name, spec in aggregates.items():
             func, ref = (spec, None) if isinstance(spec, str) else tuple(spec)
@@ -202,12 +211,8 @@ class Query:
             if func not in AGGREGATE_FUNCS:
                 known = ", ".join(AGGREGATE_FUNCS)
                 raise QueryError(f"{what}: unknown function {func!r} ({known})")
-            if (ref is None) != (func == "count"):
-                raise QueryError(
-                    f"{what}: count takes no column; {func} needs one"
-                    if func != "count"
-                    else f"{what}: count counts rows and takes no column"
-                )
+            if ref is None and func != "count":
+                raise QueryError(f"{what}: {func} needs a column")
             self._aggregates.append((name, func, None if ref is None else parse_ref(ref, what)))
         return self
 
@@ -317,8 +322,9 @@ class Query:
                     f"{s.name!r} ({s.topic!r})"
                 )
         windows = self._checked_windows()
-        filters = tuple(self._filter(p) for p in self._predicates)
+        user = [f for f in (self._filter(p) for p in self._predicates) if f is not None]
         joins = self._checked_joins()
+        filters = with_null_checks(user, joins, self._field, self._placement)
         streams = tuple(self._streams.values())
         group_by, aggregates = self._checked_aggregates()
         output = self._output()
@@ -375,10 +381,10 @@ class Query:
                 continue
             ref = parse_ref(op.key, f"operator {op.name}: key")
             info = self._field(ref, f"operator {op.name}: key")
-            if info.type not in INTEGER:
+            if info.type not in INTEGER or info.nullable:
                 raise QueryError(
-                    f"operator {op.name}: key {op.key} must be an int or long field, "
-                    f"not {info.type}"
+                    f"operator {op.name}: key {op.key} must be an int or long field (not "
+                    f"nullable), not {'nullable ' if info.nullable else ''}{info.type}"
                 )
             checked.append(SyntheticOperator(op.name, op.cost_us, op.selectivity, ref.field))
         return tuple(checked)
@@ -433,16 +439,23 @@ class Query:
                     "declares no timestamp field (stream(..., timestamp='field'))"
                 )
             for f in w.partition_by:
-                self._field(ColumnRef(w.stream, f), f"window {w}: PARTITION BY")
+                info = self._field(ColumnRef(w.stream, f), f"window {w}: PARTITION BY")
+                if info.nullable:
+                    raise QueryError(
+                        f"window {w}: PARTITION BY a nullable field ({w.stream}.{f}) is not "
+                        "yet supported"
+                    )
         return dict(self._windows)
 
-    def _filter(self, pred: Predicate) -> Filter:
-        values = check_constants(pred, self._field(pred.ref, f"filter {pred}"))
-        window = self._windows.get(pred.ref.stream)
-        placement = (
-            "above_window" if window and not window.commutes_with_selection else "below_window"
-        )
-        return Filter(pred.ref.stream, pred.ref.field, pred.op, values, placement)  # type: ignore[arg-type]
+    def _placement(self, stream: str) -> str:
+        """Where a stream's filters run: above a ROWS window (which does not commute with
+        selections), else below the window."""
+        window = self._windows.get(stream)
+        return "above_window" if window and not window.commutes_with_selection else "below_window"
+
+    def _filter(self, pred: Predicate) -> Filter | None:
+        info = self._field(pred.ref, f"filter {pred}")
+        return checked_filter(pred, info, self._placement(pred.ref.stream))
 
     def _check_ordering(self, filters: tuple[Filter, ...]) -> None:
         config = self._ordering
@@ -454,13 +467,7 @@ class Query:
                 "or drop adapt()"
             )
         if config.costs is not None:
-            for stream in dict.fromkeys(f.stream for f in filters):
-                n = sum(f.stream == stream for f in filters)
-                if len(config.costs) != n:
-                    raise QueryError(
-                        f"adapt(): costs gives {len(config.costs)} costs but stream {stream!r} "
-                        f"has {n} filters (one cost per filter, in where() order)"
-                    )
+            check_costs(config.costs, filters)
 
     def _checked_joins(self) -> tuple[JoinPredicate, ...]:
         return check_joins(self.name, list(self._streams), self._joins, self._field)

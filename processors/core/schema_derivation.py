@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import fastavro
@@ -38,22 +39,56 @@ def parse_fields(stream: str, schema: object) -> tuple[FieldInfo, ...]:
     enums: dict[str, Any] = {}  # enums defined by earlier fields, which later ones may name
     for f in schema["fields"]:
         name, avro = f["name"], f["type"]
-        avro = copy.deepcopy(enums.get(avro, avro) if isinstance(avro, str) else avro)
-        base = avro.get("type") if isinstance(avro, Mapping) else avro
-        if isinstance(base, str) and base in PRIMITIVES:
-            fields.append(FieldInfo(name, base, avro))
-        elif base == "enum":
-            ns = avro.get("namespace", schema.get("namespace"))
-            enums[avro["name"]] = enums[f"{ns}.{avro['name']}" if ns else avro["name"]] = avro
-            fields.append(FieldInfo(name, "enum", avro, tuple(avro["symbols"])))
-        else:
-            kind = "a union (nullable field)" if isinstance(avro, list) else repr(base)
+        branch = _non_null_branch(avro)
+        info = _flat_field(stream, name, branch, enums, schema.get("namespace"))
+        if info is None:
+            kind = "a union" if isinstance(avro, list) else repr(_type_name(avro))
+            if isinstance(avro, list) and branch is not None:
+                kind = f"a nullable {_type_name(branch)}"
             raise QueryError(
                 f"stream {stream!r} field {name!r}: type {kind} is not supported; fields must be "
-                "boolean, int, long, float, double, string, bytes or enum (no null, union, "
-                "array, map, record or fixed)"
+                "boolean, int, long, float, double, string, bytes or enum, or a union of null "
+                "and one of those (no other union, array, map, record or fixed)"
             )
+        fields.append(info if branch is avro else replace(info, nullable=True))
     return tuple(fields)
+
+
+def _type_name(avro: Any) -> Any:
+    return avro.get("type") if isinstance(avro, Mapping) else avro
+
+
+def _non_null_branch(avro: Any) -> Any:
+    """The other branch of a ``["null", T]`` or ``[T, "null"]`` union; ``avro`` itself if it
+    is no union; None for any other union."""
+    if not isinstance(avro, list):
+        return avro
+    if len(avro) == 2 and avro.count("null") == 1:
+        return avro[1] if avro[0] == "null" else avro[0]
+    return None
+
+
+def _flat_field(
+    stream: str, name: str, avro: Any, enums: dict[str, Any], namespace: str | None
+) -> FieldInfo | None:
+    """The field of one (non-union) Avro type streamon holds in a column, or None; an enum
+    defined here is remembered in ``enums`` for later fields that name it."""
+    if avro is None:
+        return None
+    avro = copy.deepcopy(enums.get(avro, avro) if isinstance(avro, str) else avro)
+    base = avro.get("type") if isinstance(avro, Mapping) else avro
+    if isinstance(base, str) and base in PRIMITIVES:
+        return FieldInfo(name, base, avro)
+    if base == "enum":
+        ns = avro.get("namespace", namespace)
+        enums[avro["name"]] = enums[f"{ns}.{avro['name']}" if ns else avro["name"]] = avro
+        return FieldInfo(name, "enum", avro, tuple(avro["symbols"]))
+    return None
+
+
+def nullable_avro(avro: Any) -> list[Any]:
+    """The result type of a field that may be null: null first, so that null is its default."""
+    return ["null", avro]
 
 
 def _result_record(query: str, fields: list[dict[str, Any]]) -> dict[str, Any]:
@@ -92,7 +127,10 @@ def output_schema(
                     f"output field {c.name!r}: enum type {full!r} of {c.source} differs from "
                     f"the one of {enums[full][1]}; the result record can hold only one"
                 )
-        fields.append({"name": c.name, "type": avro})
+        if info.nullable:
+            fields.append({"name": c.name, "type": nullable_avro(avro), "default": None})
+        else:
+            fields.append({"name": c.name, "type": avro})
     schema = _result_record(name, fields)
     try:
         fastavro.parse_schema(copy.deepcopy(schema))
@@ -102,15 +140,25 @@ def output_schema(
 
 
 def aggregate_avro(func: str, info: FieldInfo | None) -> Any:
-    """The Avro type of an aggregate's result."""
+    """The Avro type of an aggregate's result: null where a nullable column has no value in
+    the group (sum, avg, min and max ignore nulls, as in SQL; count never is null)."""
     if func == "count":
         return "long"
-    if func == "avg":
-        return "double"
     assert info is not None
-    if func == "sum":
-        return "long" if info.family == "integer" else "double"
-    return copy.deepcopy(info.avro)  # min, max: the column's own type
+    if func == "avg":
+        avro: Any = "double"
+    elif func == "sum":
+        avro = "long" if info.family == "integer" else "double"
+    else:
+        avro = copy.deepcopy(info.avro)  # min, max: the column's own type
+    return nullable_avro(avro) if info.nullable else avro
+
+
+def _field(name: str, avro: Any) -> dict[str, Any]:
+    """A result field; one that may be null defaults to null."""
+    if isinstance(avro, list):
+        return {"name": name, "type": avro, "default": None}
+    return {"name": name, "type": avro}
 
 
 def aggregate_schema(
@@ -123,6 +171,9 @@ def aggregate_schema(
     Each column comes with its field (None for count(*)), as the builder has already looked
     them up and checked them.
     """
-    fields = [{"name": ref.field, "type": copy.deepcopy(info.avro)} for ref, info in group_by]
-    fields += [{"name": a.name, "type": aggregate_avro(a.func, info)} for a, info in aggregates]
+    fields = [
+        _field(ref.field, nullable_avro(info.avro) if info.nullable else copy.deepcopy(info.avro))
+        for ref, info in group_by
+    ]
+    fields += [_field(a.name, aggregate_avro(a.func, info)) for a, info in aggregates]
     return _result_record(name, fields)

@@ -13,10 +13,18 @@ from typing import Any
 
 from processors.core.columns import Predicate
 from processors.core.equivalence import Components
-from processors.core.plan import ColumnRef, FieldInfo, JoinPredicate, QueryError
+from processors.core.plan import (
+    ColumnRef,
+    FieldInfo,
+    Filter,
+    JoinPredicate,
+    QueryError,
+    null_check,
+)
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _EQUALITY_ONLY = frozenset({"==", "!=", "in"})
+NULL_OPS = frozenset({"is_null", "is_not_null"})
 # adapt() settings checked for type here, so that a wrong one is named (OrderingConfig checks
 # ranges): setting -> (int or real, whether None is allowed)
 _ORDERING_TYPES = {
@@ -84,6 +92,60 @@ def check_constants(pred: Predicate, info: FieldInfo) -> tuple[Any, ...]:
     if pred.op == "between" and out[0] > out[1]:
         raise QueryError(f"filter {pred}: low bound {out[0]!r} is above high bound {out[1]!r}")
     return tuple(sorted(set(out))) if pred.op == "in" else out
+
+
+def checked_filter(pred: Predicate, info: FieldInfo, placement: str) -> Filter | None:
+    """The plan filter of ``pred`` on field ``info``; None for an IS NOT NULL that is always
+    true (the field is never null)."""
+    if pred.op in NULL_OPS:
+        if info.nullable:
+            return null_check(pred.ref.stream, pred.ref.field, pred.op == "is_null", placement)  # type: ignore[arg-type]
+        if pred.op == "is_null":
+            raise QueryError(
+                f"filter {pred}: field {pred.ref} is not nullable, so nothing would pass"
+            )
+        return None
+    values = check_constants(pred, info)
+    return Filter(pred.ref.stream, pred.ref.field, pred.op, values, placement)  # type: ignore[arg-type]
+
+
+def with_null_checks(
+    filters: list[Filter],
+    joins: tuple[JoinPredicate, ...],
+    field: Callable[[ColumnRef, str], FieldInfo],
+    placement: Callable[[str], str],
+) -> tuple[Filter, ...]:
+    """The filters plus an implicit ``IS NOT NULL`` for every nullable column a comparison or
+    a join reads (SQL: a comparison with null is unknown, and null equals nothing), with the
+    ``placement`` of that stream's filters; each check once, after the user's filters."""
+    refs = [ColumnRef(f.stream, f.column) for f in filters if not f.is_null_check]
+    refs += [ref for j in joins for ref in (j.left, j.right)]
+    out = list(filters)
+    for ref in dict.fromkeys(refs):
+        if field(ref, "filter").nullable:
+            check = null_check(ref.stream, ref.field, False, placement(ref.stream))  # type: ignore[arg-type]
+            if check not in out:
+                out.append(check)
+    return tuple(out)
+
+
+def check_costs(costs: tuple[float, ...], filters: tuple[Filter, ...]) -> None:
+    """``adapt(costs=...)`` gives one cost per filter of each stream that has filters."""
+    for stream in dict.fromkeys(f.stream for f in filters):
+        n = sum(f.stream == stream for f in filters)
+        if len(costs) == n:
+            continue
+        implicit = sum(f.stream == stream and f.is_null_check for f in filters)
+        extra = (
+            f", then its {implicit} IS NULL checks, implicit ones included: nullable columns "
+            "in comparisons and joins"
+            if implicit
+            else ""
+        )
+        raise QueryError(
+            f"adapt(): costs gives {len(costs)} costs but stream {stream!r} has {n} filters "
+            f"(one cost per filter, in where() order{extra})"
+        )
 
 
 def check_ordering_type(name: str, value: Any) -> None:

@@ -31,10 +31,12 @@ from faust.types import TP
 from processors.core.batch import Batch, VarColumn
 from processors.runtime.context import (
     AgentContext,
+    Cursor,
     Written,
     arrival_s,
     block_dead_letter,
     fatal,
+    guard_agent,
 )
 from processors.runtime.faust_bulk import BulkApp, RecordBlock
 from processors.runtime.stats import AgentStats
@@ -92,6 +94,23 @@ def _block_to_batches(
     return with_keys(batch, [block.keys[i] for i in good.tolist()])
 
 
+def _one_by_one(
+    ctx: AgentContext, name: str, block: RecordBlock, codec: RecordCodec, ts_field: str | None
+) -> list[Batch]:
+    """A block whose bulk decode raised, decoded record by record: each record that still
+    fails becomes a dead letter of its own, the others go on."""
+    out: list[Batch] = []
+    for i in range(len(block)):
+        one = RecordBlock(block.topic, block.partition, block.offsets[i : i + 1],
+                          block.timestamps[i : i + 1], block.keys[i : i + 1],
+                          block.values[i : i + 1])  # fmt: skip
+        try:
+            out.extend(_block_to_batches(ctx, name, one, one.packed_values(), codec, ts_field))
+        except Exception as exc:
+            block_dead_letter(ctx, name, block, i, f"ingest failed: {exc!r}")
+    return out
+
+
 def add_ingest_agent(
     ctx: AgentContext,
     *,
@@ -114,15 +133,10 @@ def add_ingest_agent(
         packed = block.packed_values()
         try:
             batches = _block_to_batches(ctx, name, block, packed, codec, timestamp_field)
-        except Exception as exc:  # a bug or input nobody foresaw: keep every record
-            log.exception("ingest %s failed on a block of %d records", name, len(block))
-            for i in range(len(block)):
-                ctx.dead_letters.send(
-                    source_topic=block.topic, partition=block.partition,
-                    offset=block.offsets[i], key=block.keys[i], value=block.values[i],
-                    reason=f"ingest failed: {exc!r}", stage=name,
-                )  # fmt: skip
-            batches = []
+        except Exception as exc:  # a bug or input nobody foresaw: record by record now
+            log.exception("ingest %s failed on a block of %d records (%r); record by record now",
+                          name, len(block), exc)  # fmt: skip
+            batches = _one_by_one(ctx, name, block, codec, timestamp_field)
         target = block.partition if out_partition is None else out_partition
         written = 0
         for batch in batches:
@@ -135,16 +149,19 @@ def add_ingest_agent(
         stats.record(len(block), n_out, elapsed, len(block), nbytes, written)
         stats.positions[block.partition] = block.offsets[-1] + 1
 
-    async def ingest(blocks: Any) -> None:
+    async def ingest(blocks: Any, cursor: Cursor) -> None:
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
             for unit in block.split(ctx.turn_tuples(stats)):
+                if not len(unit):
+                    continue
+                cursor.at(unit.topic, unit.partition, unit.offsets[0], unit.offsets[-1])
                 arrival = unit.arrival_ms()
                 async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit)):
                     ingest_unit(unit, arrival)
 
-    ctx.app.agent(source, name=name)(ingest)
+    ctx.app.agent(source, name=name)(guard_agent(name, ingest))
     return stats
 
 
@@ -205,9 +222,10 @@ def _envelope_agent(
     stats = ctx.board.agent(name, name, plan=plan)
     stats.topic = in_topic
 
-    async def run(events: Any) -> None:
+    async def run(events: Any, cursor: Cursor) -> None:
         async for event in events.events():
             message = event.message
+            cursor.at(message.topic, message.partition, message.offset)
             arrival = None if message.timestamp is None else int(message.timestamp * 1000)
             estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
             async with ctx.arbiter.turn(name, arrival_s(arrival), estimate):
@@ -219,7 +237,7 @@ def _envelope_agent(
                 stats.record(n_in, n_out, elapsed, 1, len(message.value), written)
                 stats.positions[message.partition] = message.offset + 1
 
-    ctx.app.agent(source, name=name)(run)
+    ctx.app.agent(source, name=name)(guard_agent(name, run))
     return stats
 
 
@@ -239,14 +257,14 @@ def _guarded(
         what = "bad batch envelope" if batch is None else f"stage {stage} failed"
         if batch is not None:
             log.exception("%s on %s[%d]@%d", what, message.topic, message.partition, message.offset)
-        ctx.dead_letters.send(
+        ctx.dead_letter(
+            stage,
             source_topic=message.topic,
             partition=message.partition,
             offset=message.offset,
             key=message.key,
             value=message.value,
             reason=f"{what}: {exc}",
-            stage=stage,
         )
         stats.dead_letters += 1
         return batch, []

@@ -1,10 +1,13 @@
-"""What every agent of a worker shares: the context, the output path, and the two ways an agent
-stops the worker (output that cannot be written; state that cannot be restored).
+"""What every agent of a worker shares: the context, the output path, and the three ways an agent
+stops the worker (output that cannot be written; state that cannot be restored; an exception
+nobody foresaw, which :func:`guard_agent` turns into a stop instead of Faust's ack and restart).
 
 Failures split in two. Input that cannot be decoded or processed is data: it becomes a dead
 letter with the reason and the agent carries on. Output that cannot be written is not: Faust
 acks an event even when the agent raises, so carrying on could commit past lost output; the
-worker exits at once instead, without committing, and the input is delivered again on restart.
+worker exits at once instead, without committing, and the input is delivered again on restart
+(exit 75; a dead letter that cannot be written counts as output). Neither is an exception
+escaping an agent: the worker exits with 70, naming the agent and the input it was on.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from processors.core.batch import Batch
 from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES, DEFAULT_QUANTUM_MS
 from processors.runtime.arbiter import Arbiter
-from processors.runtime.deadletter import DeadLetters
+from processors.runtime.deadletter import DeadLetterError, DeadLetters
 from processors.runtime.faust_bulk import BulkApp, RecordBlock
 from processors.runtime.producer import RecordProducer
 from processors.runtime.stats import AgentStats, StatsBoard
@@ -51,6 +55,55 @@ def fatal(agent: str, exc: BaseException) -> NoReturn:
         f"agent {agent} could not write its output, exiting without commit: {exc!r}",
         EXIT_OUTPUT_FAILED,
     )
+
+
+#: Exit status of a worker whose agent raised an exception nobody foresaw (EX_SOFTWARE: a bug;
+#: the input it was processing is not committed and comes again after a restart).
+EXIT_AGENT_FAILED = 70
+
+
+@dataclass
+class Cursor:
+    """The input an agent is processing, for the message of a stop."""
+
+    topic: str = "?"
+    partition: int = -1
+    first: int = -1
+    last: int = -1
+
+    def at(self, topic: str, partition: int, first: int, last: int | None = None) -> None:
+        self.topic, self.partition, self.first = topic, partition, first
+        self.last = first if last is None else last
+
+    def __str__(self) -> str:
+        span = f"{self.first}" if self.first == self.last else f"{self.first}..{self.last}"
+        return f"{self.topic}[{self.partition}]@{span}"
+
+
+def guard_agent(
+    name: str, body: Callable[[Any, Cursor], Awaitable[None]]
+) -> Callable[[Any], Awaitable[None]]:
+    """An agent function running ``body(stream, cursor)``; an exception escaping it stops the
+    worker without commit (exit 70), naming the agent, its input position and the exception.
+
+    Faust would acknowledge the event an agent raised on and restart the agent: its input
+    would be committed with no result and no dead letter.
+    """
+
+    async def agent(stream: Any) -> None:
+        cursor = Cursor()
+        try:
+            await body(stream, cursor)
+        except Exception as exc:
+            log.exception("agent %s failed on %s", name, cursor)
+            stop_worker(
+                f"agent {name} failed on input {cursor} with {exc!r}; exiting without commit "
+                "(the input comes again after a restart)",
+                EXIT_AGENT_FAILED,
+            )
+
+    agent.__name__ = agent.__qualname__ = f"agent_{name}".replace(".", "_")
+    return agent
 
 
 @dataclass
@@ -109,6 +162,26 @@ class AgentContext:
                 written += self.send_envelopes(agent, topic, output, partition, arrival_ms)
         return sum(len(o) for o in outputs), written
 
+    def dead_letter(
+        self,
+        agent: str,
+        *,
+        source_topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+    ) -> None:
+        """One dead letter from ``agent``; one that cannot be written stops the worker."""
+        try:
+            self.dead_letters.send(
+                source_topic=source_topic, partition=partition, offset=offset, key=key,
+                value=value, reason=reason, stage=agent,
+            )  # fmt: skip
+        except DeadLetterError as exc:
+            fatal(agent, exc)
+
     async def flush(self) -> None:
         """The commit hook: every output acknowledged, or the process ends without commit."""
         try:
@@ -129,12 +202,12 @@ def block_dead_letter(
     ctx: AgentContext, name: str, block: RecordBlock, index: int, reason: str
 ) -> None:
     """Record ``index`` of a fetched block goes to the dead-letter topic with its reason."""
-    ctx.dead_letters.send(
+    ctx.dead_letter(
+        name,
         source_topic=block.topic,
         partition=block.partition,
         offset=block.offsets[index],
         key=block.keys[index],
         value=block.values[index],
         reason=reason,
-        stage=name,
     )

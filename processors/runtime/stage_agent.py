@@ -13,7 +13,15 @@ from typing import Any
 
 from processors.core.batch import Batch, VarColumn
 from processors.runtime.agents import _envelope_agent
-from processors.runtime.context import AgentContext, Written, arrival_s, block_dead_letter, fatal
+from processors.runtime.context import (
+    AgentContext,
+    Cursor,
+    Written,
+    arrival_s,
+    block_dead_letter,
+    fatal,
+    guard_agent,
+)
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.partitions import PartitionUnits
 from processors.runtime.stats import AgentStats
@@ -180,10 +188,12 @@ def _bulk_stage_agent(
             return one_by_one(block, group)
         return emit(outputs, block.partition, block.arrival_ms(first, last + 1))
 
-    async def run(blocks: Any) -> None:
+    async def run(blocks: Any, cursor: Cursor) -> None:
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            if block.offsets:
+                cursor.at(block.topic, block.partition, block.offsets[0], block.offsets[-1])
             decode_started = time.perf_counter_ns()
             decoded: list[tuple[int, Batch]] = []
             for index, value in enumerate(block.values):
@@ -215,5 +225,5 @@ def _bulk_stage_agent(
             if block.offsets:
                 stats.positions[block.partition] = block.offsets[-1] + 1
 
-    ctx.app.agent(source, name=name)(run)
+    ctx.app.agent(source, name=name)(guard_agent(name, run))
     return stats

@@ -9,20 +9,30 @@ commit and restored when a partition comes back (:mod:`processors.runtime.partit
 Unlike stateless stages, a failing ``push`` cannot be retried record by record: half of it may
 have changed the state. So a batch the chain refuses as data (``ValueError``: a bad column, time
 going backwards) becomes a dead letter before it touches the state, and anything else is a bug
-that stops the worker without committing, to be redone after a restart.
+that stops the worker without committing, to be redone after a restart. An envelope whose
+columns are not those its input topic carries (:mod:`processors.runtime.layouts`) is refused
+before the chain sees it: a window or join would pin its state to the wrong columns.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from processors.core.batch import Batch
 from processors.physical.chain import StageChain
-from processors.runtime.context import AgentContext, arrival_s, block_dead_letter, fatal
+from processors.runtime.context import (
+    AgentContext,
+    Cursor,
+    arrival_s,
+    block_dead_letter,
+    fatal,
+    guard_agent,
+)
 from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.layouts import Layout, layout_of, mismatch
 from processors.runtime.partitions import Held, PartitionUnits
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stats import AgentStats
@@ -41,10 +51,15 @@ def add_stateful_agent(
     make_chain: Callable[[int], StageChain],
     snapshots: StateSnapshots,
     reset_state: bool = False,
+    layouts: Mapping[str, Layout] | None = None,
 ) -> AgentStats:
     """``in_topics`` maps each input topic to the stream its batches belong to. With
     ``reset_state``, a partition whose snapshot cannot be restored starts empty (logged)
-    instead of stopping the worker."""
+    instead of stopping the worker. ``layouts`` (from
+    :func:`processors.runtime.layouts.expected_layouts`) gives the columns each input topic's
+    envelopes must have: any other envelope is a dead letter naming the columns, before it
+    reaches (and poisons) the state."""
+    expected = dict(layouts or {})
     units = PartitionUnits(name, in_topics, make_chain, snapshots, reset_state)
     stats = ctx.board.agent(name, name, plan=units.plan)
     stats.topic = next(iter(in_topics))
@@ -57,13 +72,15 @@ def add_stateful_agent(
     def stage_dead_letters(part: Held, block: RecordBlock) -> None:
         for batch, reason in part.unit.take_dead_letters():
             for payload in encode_envelopes(batch):
-                ctx.dead_letters.send(
-                    source_topic=block.topic, partition=block.partition,
-                    offset=block.offsets[-1], key=None, value=payload, reason=reason, stage=name,
+                ctx.dead_letter(
+                    name, source_topic=block.topic, partition=block.partition,
+                    offset=block.offsets[-1], key=None, value=payload, reason=reason,
                 )  # fmt: skip
                 stats.dead_letters += 1
 
-    def push_some(part: Held, block: RecordBlock, start: int, start_at: int, limit: int) -> int:
+    def push_some(
+        part: Held, block: RecordBlock, start: int, start_at: int, limit: int, cursor: Cursor
+    ) -> int:
         """Push envelopes from ``start`` on until a turn's worth (``limit``) of tuples; returns
         where it stopped. Counts what it did in the agent's statistics. Envelopes are not cut:
         a window or join state changes a whole envelope at a time."""
@@ -77,11 +94,21 @@ def add_stateful_agent(
             index += 1
             if offset < start_at:
                 continue  # already in the restored state
+            cursor.at(block.topic, block.partition, offset)
             nbytes += len(value or b"")
             try:
                 batch = decode_batch(value or b"")
             except Exception as exc:
                 block_dead_letter(ctx, name, block, index - 1, f"bad batch envelope: {exc}")
+                stats.dead_letters += 1
+                continue
+            layout = expected.get(block.topic)
+            wrong = None if layout is None else mismatch(layout, layout_of(batch))
+            if wrong is not None:  # refused before the chain sees it: the state stays clean
+                reason = f"stage {name}: envelope of {block.topic} has {wrong}"
+                log.warning("%s: %s[%d]@%d refused: %s", name, block.topic, block.partition,
+                            offset, reason)  # fmt: skip
+                block_dead_letter(ctx, name, block, index - 1, reason)
                 stats.dead_letters += 1
                 continue
             try:
@@ -105,10 +132,12 @@ def add_stateful_agent(
         stats.positions[block.partition] = block.offsets[index - 1] + 1
         return index
 
-    async def run(blocks: Any) -> None:
+    async def run(blocks: Any, cursor: Cursor) -> None:
         async for block in blocks:
             if not isinstance(block, RecordBlock):
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            if block.offsets:
+                cursor.at(block.topic, block.partition, block.offsets[0], block.offsets[-1])
             part = units.get(block.partition)
             start_at = part.restored_from.get(block.topic, 0)
             estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
@@ -120,11 +149,11 @@ def add_stateful_agent(
                 async with ctx.arbiter.turn(name, arrival_s(arrival), queued):
                     if units.held.get(block.partition) is not part:
                         break  # revoked while waiting: its new owner redoes the rest
-                    index = push_some(part, block, index, start_at, limit)
+                    index = push_some(part, block, index, start_at, limit, cursor)
             stage_dead_letters(part, block)
 
     units.connect(ctx.app, ctx.flush)
     source = ctx.app.topic(*in_topics, value_serializer="raw", key_serializer="raw")
-    ctx.app.agent(source, name=name)(run)
+    ctx.app.agent(source, name=name)(guard_agent(name, run))
     stats.new_events = units.events
     return stats

@@ -31,6 +31,7 @@ from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, c
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
+from processors.runtime.layouts import expected_layouts
 from processors.runtime.producer import RecordProducer
 from processors.runtime.scheduler import Scheduling, add_scheduling_agents
 from processors.runtime.stage_agent import add_stage_agent
@@ -168,6 +169,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     snapshots = None
     if pipeline.state_topic is not None:
         snapshots = StateSnapshots(options.bootstrap, pipeline.state_topic, producer)
+    layouts = expected_layouts(plan) if snapshots is not None else {}
     for step in pipeline.steps:
         if step.stateful:
             assert snapshots is not None
@@ -180,6 +182,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
                 make_chain=_warmed(chain_factory(plan, step)),
                 snapshots=snapshots,
                 reset_state=options.reset_state,
+                layouts=layouts,
             )
         else:
             add_stage_agent(

@@ -12,6 +12,12 @@ columns or no column (a global aggregate) are coded per batch with ``np.unique``
 a Python dict once per distinct key of the batch. Float keys are made canonical (-0.0 -> 0.0, one
 NaN), as GROUP BY compares them by value.
 
+Nulls (SQL semantics; a nullable column ``c`` comes with its companion null column ``c?``,
+found in the first batch): the group key includes the companion, so that the nulls of a group
+column form one group whose output group column is null; count(c) counts values, and sum, avg,
+min and max ignore nulls and are null in a group without values
+(:mod:`processors.kernels.aggregate_nulls` feeds the kernels derived value columns).
+
 A delete that retracts a tuple its group does not hold (same values in the aggregated columns)
 is not applied: it goes to :meth:`AggregateStage.take_dead_letters` with the reason, as does a
 tuple whose sign is neither +1 nor -1. The ``__rid`` column of a window's delta stream is not
@@ -28,10 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.batch import DELETE, INSERT, Batch, Column, VarColumn
+from processors.core.batch import DELETE, INSERT, Batch, Column, VarColumn, null_column
 from processors.core.plan import AGGREGATE_FUNCS, AggregateFunc
 from processors.core.state_codec import SnapshotError, decode_state, expect
 from processors.kernels import aggregate as kern
+from processors.kernels.aggregate_nulls import (
+    aggregate_columns,
+    value_arrays,
+    value_columns,
+    value_flags,
+)
 from processors.kernels.keys import key_codes
 from processors.stages.base import StageBase
 
@@ -61,15 +73,6 @@ def _validate(group_by: Sequence[str], aggregates: Sequence[Aggregate]) -> None:
         if agg.name in names:
             raise ValueError(f"duplicate output column name {agg.name!r}")
         names.append(agg.name)
-
-
-def _value_columns(aggregates: Sequence[Aggregate]) -> tuple[str, ...]:
-    """Columns some sum/avg/min/max reads, in order of first use."""
-    cols: list[str] = []
-    for agg in aggregates:
-        if agg.func != "count" and agg.column not in cols:
-            cols.append(agg.column)  # type: ignore[arg-type]
-    return tuple(cols)
 
 
 def _describe(col: Column) -> str:
@@ -199,8 +202,10 @@ class AggregateStage(StageBase):
         self.name = name
         self.group_by = tuple(group_by)
         self.aggregates = tuple(aggregates)
-        self._value_cols = _value_columns(self.aggregates)
-        k = len(self._value_cols)
+        self._nullable: frozenset[str] = frozenset()  # columns with a companion null column
+        self._key_names = list(self.group_by)  # group columns, each nullable one + companion
+        self._specs = value_columns(self.aggregates, self._nullable)
+        k = len(self._specs)
         self._groups = kern.GroupState(k)
         self._rows = kern.RowTable(k)
         self._schema: dict[str, str] | None = None
@@ -232,15 +237,20 @@ class AggregateStage(StageBase):
                     f"{self.name}: {agg.func}({agg.column}) needs a numeric column (not uint64),"
                     f" got {schema[agg.column]}"  # type: ignore[index]
                 )
-        kinds = [_numeric_kind(schema[c]) for c in self._value_cols]
-        funcs = [{a.func for a in self.aggregates if a.column == c} for c in self._value_cols]
-        self._flags = (
-            np.array([kd == "f" for kd in kinds], np.bool_),
-            np.array([bool(f & {"min", "max"}) for f in funcs], np.bool_),
-            np.array([bool(f & {"sum", "avg"}) for f in funcs], np.bool_),
-        )
+        self._nullable = frozenset(c for c in schema if null_column(c) in schema)
+        self._specs = value_columns(self.aggregates, self._nullable)
+        if len(self._specs) != self._groups.k:  # bound before any tuple: nothing to keep
+            self._groups = kern.GroupState(len(self._specs))
+            self._rows = kern.RowTable(len(self._specs))
+        kinds = [_numeric_kind(schema[v.source]) for v in self._specs]
+        self._flags = value_flags(self._specs, kinds, self.aggregates)
+        self._key_names = [
+            name
+            for c in self.group_by
+            for name in ((c, null_column(c)) if c in self._nullable else (c,))
+        ]
         one = self.group_by[0] if len(self.group_by) == 1 else None
-        if one is not None and not schema[one].startswith("var"):
+        if one is not None and one not in self._nullable and not schema[one].startswith("var"):
             self._keys = _IntKeys(np.dtype(schema[one]))
         else:
             self._keys = _DictKeys()
@@ -248,6 +258,10 @@ class AggregateStage(StageBase):
 
     def _check_schema(self, batch: Batch) -> None:
         used = {*self.group_by, *(a.column for a in self.aggregates if a.column is not None)}
+        if self._schema is None:
+            used |= {null_column(c) for c in used if null_column(c) in batch.columns}
+        else:
+            used = set(self._schema)
         missing = sorted(c for c in used if c not in batch.columns)
         if missing:
             raise ValueError(f"{self.name}: input batch lacks column(s) {missing}")
@@ -263,19 +277,17 @@ class AggregateStage(StageBase):
 
     # -- processing -------------------------------------------------------------------------
 
-    def _value_arrays(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        """The value columns as ordered int64 keys and as float64 (k x n each)."""
-        n, k = len(batch), len(self._value_cols)
-        vals = np.empty((k, n), np.int64)
-        fvals = np.empty((k, n), np.float64)
-        for c, name in enumerate(self._value_cols):
+    def _key_columns(self, batch: Batch) -> list[Column]:
+        """The group key columns (``_key_names``): values canonical, and zero where null, so
+        that the companion alone tells the null group apart."""
+        out: list[Column] = []
+        for name in self._key_names:
             col = batch.columns[name]
-            if self._flags[0][c]:
-                vals[c] = kern.ordered_keys(col)  # type: ignore[arg-type]
-                fvals[c] = kern.floats_from_keys(vals[c])
-            else:
-                vals[c] = col
-        return vals, fvals
+            if name in self._nullable and isinstance(col, np.ndarray):
+                col = col.copy()
+                col[np.asarray(batch.columns[null_column(name)])] = 0
+            out.append(_canonical(col))
+        return out
 
     def process(self, batch: Batch) -> list[Batch]:
         """Apply one batch of signed tuples; return the -old/+new rows of the changed groups."""
@@ -285,9 +297,9 @@ class AggregateStage(StageBase):
         if n == 0:
             return []
         self._tuples_in += n
-        key_cols = [_canonical(batch.columns[c]) for c in self.group_by]
+        key_cols = self._key_columns(batch)
         gids = self._keys.gids(key_cols, n, self._groups)
-        vals, fvals = self._value_arrays(batch)
+        vals, fvals = value_arrays(self._specs, self._flags[0], batch.columns, n)
         res = kern.apply_batch(
             self._groups, self._rows, gids, batch.sign, batch.ts, vals, fvals, self._flags,
             self._batches,
@@ -300,7 +312,7 @@ class AggregateStage(StageBase):
         self._rows_out += len(res.sign)
         cols: dict[str, Column] = {
             name: col.take(res.row) if isinstance(col, VarColumn) else col[res.row]
-            for name, col in zip(self.group_by, key_cols, strict=True)
+            for name, col in zip(self._key_names, key_cols, strict=True)
         }
         cols.update(self._agg_columns(res.count, res.sums, res.vmin, res.vmax))
         return [Batch(cols, res.sign, res.ts, None, dict(batch.meta))]
@@ -315,21 +327,14 @@ class AggregateStage(StageBase):
         """Aggregate output columns from per-row counts and per-value-column reported sums and
         extremes (ordered keys)."""
         assert self._schema is not None
-        out: dict[str, np.ndarray] = {}
-        for agg in self.aggregates:
-            if agg.func == "count":
-                out[agg.name] = count.astype(np.int64, copy=True)
-                continue
-            c = self._value_cols.index(agg.column)  # type: ignore[arg-type]
-            if agg.func == "sum":
-                out[agg.name] = sums[c].copy()
-            elif agg.func == "avg":
-                out[agg.name] = sums[c].astype(np.float64) / count
-            else:
-                keys = vmin[c] if agg.func == "min" else vmax[c]
-                raw = kern.floats_from_keys(keys) if self._flags[0][c] else keys
-                out[agg.name] = raw.astype(np.dtype(self._schema[agg.column]))  # type: ignore[index]
-        return out
+        dtypes = {
+            v.source: np.dtype(self._schema[v.source])
+            for v in self._specs
+            if not self._schema[v.source].startswith("var")
+        }
+        return aggregate_columns(
+            self.aggregates, self._specs, self._flags[0], dtypes, (count, sums, vmin, vmax)
+        )
 
     # -- dead letters -----------------------------------------------------------------------
 
@@ -344,7 +349,7 @@ class AggregateStage(StageBase):
                 )
             else:
                 row_values = one.rows()[0]
-                values = {c: row_values[c] for c in self._value_cols}
+                values = {c: row_values[c] for c in dict.fromkeys(v.source for v in self._specs)}
                 reason = (
                     f"{self.name}: delete retracts a tuple that group {key} does not hold"
                     f" (values {values}); not applied"
@@ -372,10 +377,24 @@ class AggregateStage(StageBase):
         sums = kern.reported_sums(g, self._flags[0], gids)
         cols = self._agg_columns(g.count[gids], sums, g.vmin[:, gids], g.vmax[:, gids])
         values = {name: col.tolist() for name, col in cols.items()}
+        nulls = {null_column(a.name) for a in self.aggregates}
         return {
-            key: {name: vals[j] for name, vals in values.items()}
+            self._public_key(key): {
+                name: None
+                if null_column(name) in values and values[null_column(name)][j]
+                else vals[j]
+                for name, vals in values.items()
+                if name not in nulls
+            }
             for j, key in enumerate(self._keys.keys_of(gids))
         }
+
+    def _public_key(self, key: tuple) -> tuple:
+        """A group key with None for a null group column (the key tuples hold companions)."""
+        if not self._nullable:
+            return key
+        by_name = dict(zip(self._key_names, key, strict=True))
+        return tuple(None if by_name.get(null_column(c)) else by_name[c] for c in self.group_by)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.batch import ROW_ID, Batch, Column
+from processors.core.batch import ROW_ID, Batch, Column, null_column
 from processors.core.plan import LogicalPlan
 from processors.stages.base import StageBase
 
@@ -49,7 +49,8 @@ RowIds = RowIdsStage
 
 class ProjectStage(StageBase):
     """The result fields of the plan, renamed, from the joined (or single) relation; after a
-    GROUP BY, the group columns keep their field names."""
+    GROUP BY, the group columns keep their field names. A nullable column's companion null
+    column goes along, renamed with it (``name?``)."""
 
     kind = "project"
 
@@ -57,6 +58,7 @@ class ProjectStage(StageBase):
         self.name = name
         self.plan = plan
         self._group_names = {joined_name(plan, c.stream, c.field): c.field for c in plan.group_by}
+        self._group_names |= {null_column(k): null_column(v) for k, v in self._group_names.items()}
 
     def process(self, batch: Batch) -> list[Batch]:
         plan = self.plan
@@ -65,7 +67,11 @@ class ProjectStage(StageBase):
             return [Batch(cols, batch.sign, batch.ts, batch.key, dict(batch.meta))]
         out: dict[str, Column] = {}
         for col in plan.output:
-            out[col.name] = batch.columns[joined_name(plan, col.source.stream, col.source.field)]
+            source = joined_name(plan, col.source.stream, col.source.field)
+            out[col.name] = batch.columns[source]
+            nulls = batch.columns.get(null_column(source))
+            if nulls is not None:
+                out[null_column(col.name)] = nulls
         key = batch.key if len(plan.streams) == 1 else None
         return [Batch(out, batch.sign, batch.ts, key, dict(batch.meta))]
 

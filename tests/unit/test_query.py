@@ -208,7 +208,11 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         lambda: stream_with(bad_schema("nosuch")),
         "stream 'x': invalid Avro schema (UnknownType: nosuch)",
     ),
-    ("union", lambda: stream_with(bad_schema(["null", "string"])), "field 'note': type a union"),
+    (
+        "union",
+        lambda: stream_with(bad_schema(["null", "string", "int"])),
+        "field 'note': type a union",
+    ),
     ("array", lambda: stream_with(bad_schema({"type": "array", "items": "int"})), "'array'"),
     ("key missing", lambda: readings(key="nope"), "stream 'r': key field 'nope' not in schema"),
     (

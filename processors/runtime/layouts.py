@@ -1,0 +1,123 @@
+"""The column layout a stateful step expects on each of its input topics, from the plan.
+
+A window pins its columns on its first batch, an MJoin its inputs' columns: one internal
+envelope with a renamed column, first on a fresh partition, would poison that partition's state
+for good (every later envelope refused, or a stage further on failing). So a stateful agent
+checks each envelope against the layout its upstream writes before the chain sees it, and a
+mismatch is a dead letter naming the columns.
+
+The layouts come from a probe, once per worker: one zero-valued record of every stream (what
+the ingest agent's codec decodes) run through fresh chains of every step, filters left out
+(they drop rows, never change columns), with every step flushed; the first batch written to
+each topic gives its layout. A topic the probe reaches with no batch is not checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+
+from processors.core.batch import Batch, Column, VarColumn
+from processors.core.plan import LogicalPlan, StreamSpec
+from processors.physical.build import chain_factory
+from processors.physical.compiler import compile_plan
+from processors.physical.steps import PhysicalPlan, Step
+from topics.columnar import DTYPES, RecordCodec
+
+log = logging.getLogger(__name__)
+
+#: (column name, "utf8" | "bytes" | numpy dtype string) in column order
+Layout = tuple[tuple[str, str], ...]
+
+#: stage kinds that select rows and never change columns (left out of the probe)
+ROW_SELECTING_KINDS = frozenset({"filter"})
+
+
+def layout_of(batch: Batch) -> Layout:
+    """A batch's columns and their types, in order."""
+    return tuple(
+        (name, ("utf8" if col.utf8 else "bytes") if isinstance(col, VarColumn) else col.dtype.str)
+        for name, col in batch.columns.items()
+    )
+
+
+def mismatch(expected: Layout, got: Layout) -> str | None:
+    """Why ``got`` is not ``expected`` (naming the columns), or None if they agree."""
+    if got == expected:
+        return None
+    want, have = dict(expected), dict(got)
+    parts = []
+    missing = [n for n in want if n not in have]
+    extra = [n for n in have if n not in want]
+    retyped = [f"{n} ({have[n]}, not {want[n]})" for n in want if n in have and want[n] != have[n]]
+    if missing:
+        parts.append(f"missing column(s) {missing}")
+    if extra:
+        parts.append(f"unexpected column(s) {extra}")
+    if retyped:
+        parts.append(f"column type(s) {retyped}")
+    if not parts:
+        parts.append(f"columns in order {list(have)}, not {list(want)}")
+    return "; ".join(parts)
+
+
+def _probe_step(step: Step) -> Step:
+    nodes = tuple(n for n in step.nodes if n.kind not in ROW_SELECTING_KINDS)
+    return dataclasses.replace(step, nodes=nodes)
+
+
+def _zero_columns(spec: StreamSpec) -> dict[str, Column]:
+    """One zero-valued record of ``spec``'s flat fields (when its codec cannot say)."""
+    columns: dict[str, Column] = {}
+    for f in spec.fields:
+        if f.type in ("string", "bytes"):
+            empty = np.zeros(0, np.uint8)
+            columns[f.name] = VarColumn(np.zeros(2, np.int64), empty, f.type == "string")
+        else:
+            columns[f.name] = np.zeros(1, DTYPES[f.type])
+    return columns
+
+
+def _stream_probe(spec: StreamSpec) -> Batch:
+    """One zero-valued record of a stream, as its ingest agent would write it."""
+    try:
+        columns = RecordCodec(spec.schema).warm_up()
+    except Exception:
+        columns = _zero_columns(spec)
+    ts = np.asarray(columns[spec.timestamp], np.int64) if spec.timestamp else None
+    return Batch.inserts(columns, ts=ts)
+
+
+def _probe(plan: LogicalPlan, physical: PhysicalPlan) -> dict[str, Layout]:
+    chains = {s.name: chain_factory(plan, _probe_step(s))(0) for s in physical.steps}
+    seen: dict[str, Layout] = {}
+
+    def write(topic: str, batches: list[Batch]) -> None:
+        step = physical.reader_of(topic)
+        batches = [b for b in batches if len(b.columns)]
+        if batches:
+            seen.setdefault(topic, layout_of(batches[0]))
+        if step is None or not batches:
+            return
+        label = step.in_topics[topic]
+        out = [o for b in batches for o in chains[step.name].push(label, b)]
+        write(step.out_topic, out)
+
+    for stream in plan.streams:
+        write(physical.ingest_topics[stream.name], [_stream_probe(stream)])
+    for step in physical.steps:
+        write(step.out_topic, chains[step.name].flush())
+    return seen
+
+
+def expected_layouts(plan: LogicalPlan) -> dict[str, Layout]:
+    """Input topic -> the layout its envelopes must have, for every topic the probe reached;
+    empty (nothing checked) if the probe fails, which is logged."""
+    try:
+        return _probe(plan, compile_plan(plan))
+    except Exception:
+        log.warning("could not derive the input layouts of the steps; envelopes of internal "
+                    "topics are not checked", exc_info=True)  # fmt: skip
+        return {}
