@@ -15,27 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from processors.core.batch import VarColumn
-from topics.avro import (
-    FlatField,
-    RegistryCodec,
-    SchemaError,
-    SchemaStore,
-    flat_fields,
-    schema_name,
-)
+from processors.core.batch import Column, VarColumn, null_column
+from spark_bridge.leaves import Leaf, leaves, tree
+from topics.avro import RegistryCodec, SchemaError, SchemaStore, schema_name
 from topics.columnar import RecordCodec
 
-_ARROW_TYPES = {
-    "boolean": pa.bool_(),
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "bytes": pa.binary(),
-    "enum": pa.string(),
-}
 _MAX_INT32 = 2**31 - 1
 
 
@@ -62,10 +46,6 @@ class BadRecordError(ValueError):
             f"record does not decode: {bad[0]}{more}; "
             "use option onBadRecord=skip to skip and count such records"
         )
-
-
-def arrow_type(field: FlatField) -> pa.DataType:
-    return _ARROW_TYPES[field.type]
 
 
 def _binary_parts(arr: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +80,62 @@ def repeated_string(value: str, n: int) -> pa.Array:
     )
 
 
+def with_nulls(arr: pa.Array, nulls: np.ndarray | None) -> pa.Array:
+    """``arr`` with validity from a companion null column (True = null); the same buffers."""
+    if nulls is None or not nulls.any():
+        return arr
+    validity = pa.py_buffer(np.packbits(~np.asarray(nulls, np.bool_), bitorder="little"))
+    if arr.offset:
+        arr = pa.concat_arrays([arr])  # from_buffers below starts at bit 0 of the validity
+    return pa.Array.from_buffers(arr.type, len(arr), [validity, *arr.buffers()[1:]])
+
+
+def decimals(col: VarColumn, precision: int, scale: int) -> pa.Array:
+    """Avro decimals (big-endian two's complement, any length) as Arrow decimal128, in bulk."""
+    n = len(col)
+    starts, ends = col.offsets[:-1], col.offsets[1:]
+    idx = ends[:, None] - 16 + np.arange(16)  # the last 16 bytes of each value, big-endian
+    inside = idx >= starts[:, None]
+    data = col.data if len(col.data) else np.zeros(1, np.uint8)
+    raw = data[np.clip(idx, 0, len(data) - 1)]
+    first = data[np.clip(starts, 0, len(data) - 1)]
+    sign = np.where((ends > starts) & (first >= 0x80), 0xFF, 0).astype(np.uint8)
+    big = np.where(inside, raw, sign[:, None]).astype(np.uint8)
+    little = np.ascontiguousarray(big[:, ::-1])
+    kind = pa.decimal128(precision, scale)
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(little.tobytes())])
+
+
+def leaf_array(leaf: Leaf, columns: dict[str, Column]) -> pa.Array:
+    """One decoded leaf column as its Spark-side Arrow array, nulls from its ``?`` companion."""
+    f = leaf.field
+    col = columns[f.name]
+    if isinstance(col, VarColumn):
+        if pa.types.is_decimal(leaf.arrow):
+            arr = decimals(col, leaf.precision, leaf.scale)
+        else:
+            arr = var_to_arrow(col, f.type == "string")
+    elif f.type == "enum":
+        arr = pc.take(pa.array(f.symbols, pa.string()), pa.array(col))
+    elif pa.types.is_timestamp(leaf.arrow):
+        unit = "ms" if f.logical == "timestamp-millis" else "us"
+        arr = pa.array(np.asarray(col, np.int64)).view(pa.timestamp(unit, tz="UTC"))
+        arr = arr.cast(leaf.arrow)  # an overflow of microseconds fails loudly, never wraps
+    elif pa.types.is_date32(leaf.arrow):
+        arr = pa.array(np.asarray(col, np.int32)).view(pa.date32())
+    else:
+        arr = pa.array(col, leaf.arrow)
+    return with_nulls(arr, columns.get(null_column(f.name)))
+
+
+def _node_array(node: Leaf | dict, columns: dict[str, Column]) -> pa.Array:
+    """A leaf's array, or a nested record's struct array of its children."""
+    if isinstance(node, Leaf):
+        return leaf_array(node, columns)
+    children = [_node_array(v, columns) for v in node.values()]
+    return pa.StructArray.from_arrays(children, names=list(node))
+
+
 def timestamps_us(ms: np.ndarray) -> pa.Array:
     """Kafka timestamps (ms; -1 when the message has none) as UTC microsecond timestamps."""
     arr = pa.array(ms * 1000, pa.int64(), mask=ms < 0 if bool((ms < 0).any()) else None)
@@ -112,7 +148,8 @@ class ChunkDecoder:
     def __init__(
         self, reader_schema: dict, registry: str | RegistryCodec | None, target: pa.Schema
     ) -> None:
-        self.fields = flat_fields(reader_schema)
+        self.leaves = leaves(reader_schema)
+        self.tree = tree(self.leaves)
         if isinstance(registry, str):  # a reader looks schemas up, it never registers one
             registry = RegistryCodec(registry, auto_register=False)
         try:
@@ -137,17 +174,11 @@ class ChunkDecoder:
             errors = [(i, "null value (a tombstone, not a record)") if i in nulls else (i, r)
                       for i, r in errors]  # fmt: skip
         wanted = set(self.target.names)
-        cols: dict[str, pa.Array] = {}
-        for f in self.fields:
-            if f.name not in wanted:
-                continue
-            col = result.columns[f.name]
-            if isinstance(col, VarColumn):
-                cols[f.name] = var_to_arrow(col, f.type == "string")
-            elif f.type == "enum":
-                cols[f.name] = pc.take(pa.array(f.symbols, pa.string()), pa.array(col))
-            else:
-                cols[f.name] = pa.array(col, arrow_type(f))
+        cols = {
+            name: _node_array(node, result.columns)
+            for name, node in self.tree.items()
+            if name in wanted
+        }
         return cols, result.good, errors
 
     def decode(

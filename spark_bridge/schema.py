@@ -1,21 +1,20 @@
-"""Spark schemas of decoded topics: the record's flat Avro fields, then the Kafka metadata.
+"""Spark schemas of decoded topics: the record's Avro fields, then the Kafka metadata.
 
 Avro boolean/int/long/float/double/string/bytes map to Spark's boolean/int/bigint/float/
-double/string/binary; an enum becomes its symbol as a string. Logical types keep their base
-type (a ``timestamp-millis`` field stays a bigint of milliseconds).
+double/string/binary; an enum becomes its symbol as a string, ``fixed`` binary, a nested record
+a struct; logical types as :mod:`spark_bridge.leaves` says (date, timestamp, decimal). Every
+column is nullable, as Spark's sources' columns usually are; only nullable Avro fields (``["null",
+T]``) and a message's missing timestamp ever give nulls.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
-    BooleanType,
     ByteType,
     DataType,
-    DoubleType,
-    FloatType,
     IntegerType,
     LongType,
     StringType,
@@ -24,19 +23,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from spark_bridge.leaves import Leaf, leaves, tree
 from spark_bridge.options import META_COLUMNS, OptionError
-from topics.avro import SchemaError, flat_fields, schema_name
+from topics.avro import SchemaError, schema_name
 
-_SPARK_TYPES: dict[str, DataType] = {
-    "boolean": BooleanType(),
-    "int": IntegerType(),
-    "long": LongType(),
-    "float": FloatType(),
-    "double": DoubleType(),
-    "string": StringType(),
-    "bytes": BinaryType(),
-    "enum": StringType(),
-}
 _META_TYPES: dict[str, DataType] = {
     "_topic": StringType(),
     "_partition": IntegerType(),
@@ -48,20 +38,26 @@ _META_TYPES: dict[str, DataType] = {
 
 
 def spark_schema(reader_schema: dict) -> StructType:
-    """The DataFrame schema of a topic read with ``reader_schema`` (a flat Avro record)."""
+    """The DataFrame schema of a topic read with ``reader_schema`` (an Avro record)."""
     try:
-        fields = flat_fields(reader_schema)
+        nodes = tree(leaves(reader_schema))
     except SchemaError as exc:
         raise OptionError(f"cannot read records of {schema_name(reader_schema)}: {exc}") from exc
-    clash = [f.name for f in fields if f.name in META_COLUMNS]
+    clash = [name for name in nodes if name in META_COLUMNS]
     if clash:
         raise OptionError(
             f"schema {schema_name(reader_schema)} has fields {clash} named like the metadata "
             f"columns {list(META_COLUMNS)}"
         )
-    out = [StructField(f.name, _SPARK_TYPES[f.type], True) for f in fields]
+    out = [StructField(name, _spark_type(node), True) for name, node in nodes.items()]
     out += [StructField(name, _META_TYPES[name], True) for name in META_COLUMNS]
     return StructType(out)
+
+
+def _spark_type(node: Leaf | dict) -> DataType:
+    if isinstance(node, dict):
+        return StructType([StructField(k, _spark_type(v), True) for k, v in node.items()])
+    return from_arrow_type(node.arrow)
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -6,9 +6,12 @@ value by value to name it. So a large file goes at hundreds of thousands of reco
 problem still becomes a :class:`LineError` with the line number, the field and the reason. Bad
 lines are left out of the chunk; the others go on.
 
-JSON values follow Avro's JSON encoding: ``bytes`` are strings of code points 0-255, enums are
-symbol names. CSV cells are converted by the field's Avro type; an empty cell of a non-string
-field takes the field's default. Fields the schema does not name are ignored.
+JSON values follow Avro's JSON encoding with plain unions (see
+:mod:`processors.commands.publish_values`): ``null`` for a null, nested records as nested objects
+(or dotted keys, ``"loc.lat"``), bytes and fixed as strings of code points 0-255, enums as
+symbol names. CSV headers name nested fields dotted (``loc.lat``); cells are converted by the
+field's Avro type; an empty cell is null for a nullable field, and of another non-string field
+takes the field's default. Fields the schema does not name are ignored.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.batch import Column, VarColumn
+from processors.commands.publish_values import (
+    JSON_TYPES,
+    MISSING,
+    BadParent,
+    field_column,
+    from_text,
+    kind_of,
+)
+from processors.core.batch import Column, VarColumn, null_column
 from topics.avro import FlatField, SchemaError, flat_fields, schema_name
 
 try:  # faster when present; never a requirement
@@ -32,32 +43,6 @@ try:  # faster when present; never a requirement
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
 
-_MISSING = object()
-_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
-_JSON_TYPES: dict[str, frozenset[type]] = {
-    "boolean": frozenset({bool}),
-    "int": frozenset({int}),
-    "long": frozenset({int}),
-    "float": frozenset({int, float}),
-    "double": frozenset({int, float}),
-    "string": frozenset({str}),
-    "bytes": frozenset({str}),
-    "enum": frozenset({str}),
-}
-_EXPECTED = {
-    "boolean": "a boolean (true/false)",
-    "int": "an int (integer)",
-    "long": "a long (integer)",
-    "float": "a float (number)",
-    "double": "a double (number)",
-    "string": "a string",
-    "bytes": "bytes (a string of code points 0-255)",
-    "enum": "an enum symbol (string)",
-}
-_PLACEHOLDER = {"boolean": False, "int": 0, "long": 0, "float": 0.0, "double": 0.0,
-                "string": "", "bytes": ""}  # fmt: skip
-_CSV_BOOLEANS = {"true": True, "false": False, "1": True, "0": False}
 KEY_TYPES = ("int", "long", "string", "bytes", "enum", "boolean")
 
 
@@ -93,25 +78,6 @@ class Chunk:
         return len({e.line for e in self.errors})
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array",
-            dict: "object"}.get(type(value), type(value).__name__)  # fmt: skip
-
-
-def _show(value: Any) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _got(value: Any) -> str:
-    return "null" if value is None else f"{_kind(value)} {_show(value)}"
-
-
 class RecordParser:
     """Turns chunks of JSON lines (or CSV rows) into the columns of a flat Avro schema."""
 
@@ -121,9 +87,9 @@ class RecordParser:
         self.by_name = {f.name: f for f in self.fields}
         self.key = key
         for f in self.fields:
-            if f.type not in _JSON_TYPES:
+            if f.type not in JSON_TYPES:
                 raise SchemaError(f"publish: field '{f.name}' of type {f.type} is not supported "
-                                  f"(supported: {', '.join(_JSON_TYPES)})")  # fmt: skip
+                                  f"(supported: {', '.join(JSON_TYPES)})")  # fmt: skip
         if key is not None:
             f = self.by_name.get(key)
             if f is None:
@@ -149,8 +115,8 @@ class RecordParser:
                     objs.append(obj)
                     keep.append(i)
             numbers = numbers[keep]
-        values = {f.name: _field_values(objs, f.name) for f in self.fields}
-        return self._convert(values, numbers, errors, from_text=False)
+        values = {f.name: _field_values(objs, f) for f in self.fields}
+        return self._convert(values, numbers, errors, text=False)
 
     @staticmethod
     def _parse_line(raw: bytes, line: int, errors: list[LineError]) -> dict | None:
@@ -168,7 +134,7 @@ class RecordParser:
             errors.append(LineError(line, None, f"not valid JSON: {msg}{at}"))
             return None
         if type(obj) is not dict:
-            errors.append(LineError(line, None, f"expected a JSON object, got {_kind(obj)}"))
+            errors.append(LineError(line, None, f"expected a JSON object, got {kind_of(obj)}"))
             return None
         return obj
 
@@ -207,15 +173,15 @@ class RecordParser:
         values = {}
         for f in self.fields:
             j = index.get(f.name)
-            values[f.name] = [_MISSING] * len(good) if j is None else [r[j] for r in good]
+            values[f.name] = [MISSING] * len(good) if j is None else [r[j] for r in good]
         numbers = np.asarray(lines, dtype=np.int64)[keep]
-        return self._convert(values, numbers, errors, from_text=True)
+        return self._convert(values, numbers, errors, text=True)
 
     # --- conversion ------------------------------------------------------------------------
 
     def _convert(
         self, values: dict[str, list[Any]], numbers: np.ndarray, errors: list[LineError],
-        from_text: bool,
+        text: bool,
     ) -> Chunk:  # fmt: skip
         n = len(numbers)
         bad = np.zeros(n, np.bool_)
@@ -223,9 +189,14 @@ class RecordParser:
         for f in self.fields:
             vals = values[f.name]
             problems: list[tuple[int, str]] = []
-            if from_text:
-                _from_text(f, vals, problems)
-            columns[f.name] = _column(f, vals, problems)
+            if text:
+                from_text(f, vals, problems)
+            columns[f.name], nulls = field_column(f, vals, problems)
+            if nulls is not None:
+                columns[null_column(f.name)] = nulls
+                if f.name == self.key:
+                    problems += [(i, "is null, and it is the --key field")
+                                 for i in np.flatnonzero(nulls).tolist()]  # fmt: skip
             for i, reason in problems:
                 bad[i] = True
                 errors.append(LineError(int(numbers[i]), f.name, reason))
@@ -275,147 +246,27 @@ def _parse_joined(lines: Sequence[bytes]) -> list[Any] | None:
     return objs if set(map(type, objs)) <= {dict} else None
 
 
-def _field_values(objs: list[dict], name: str) -> list[Any]:
+def _field_values(objs: list[dict], f: FlatField) -> list[Any]:
+    if len(f.path) > 1:
+        return [_nested_value(o, f) for o in objs]
     try:
-        return list(map(itemgetter(name), objs))
+        return list(map(itemgetter(f.name), objs))
     except KeyError:
-        return [o.get(name, _MISSING) for o in objs]
+        return [o.get(f.name, MISSING) for o in objs]
+
+
+def _nested_value(obj: dict, f: FlatField) -> Any:
+    """A nested field's value: ``{"loc": {"lat": 1}}`` or ``{"loc.lat": 1}``."""
+    value: Any = obj
+    for depth, level in enumerate(f.path):
+        if type(value) is not dict:
+            where = ".".join(n[0] for n in f.path[:depth])
+            return BadParent(f"'{where}' must be an object (a record), got {kind_of(value)}")
+        value = value.get(level[0], MISSING)
+        if value is MISSING:
+            return obj.get(f.name, MISSING)
+    return value
 
 
 def _take(col: Column, idx: np.ndarray) -> Column:
     return col.take(idx) if isinstance(col, VarColumn) else np.asarray(col)[idx]
-
-
-def _from_text(f: FlatField, vals: list[Any], problems: list[tuple[int, str]]) -> None:
-    """CSV cells (strings) -> the JSON values :func:`_column` takes, in place."""
-    if f.type in ("string", "bytes", "enum"):
-        return
-    convert: Callable[[str], Any] = {"int": int, "long": int, "float": float,
-                                     "double": float}.get(f.type, _csv_bool)  # fmt: skip
-    try:
-        vals[:] = [_MISSING if v is _MISSING or not v.strip() else convert(v) for v in vals]
-        return
-    except ValueError:
-        pass
-    for i, v in enumerate(vals):
-        if v is _MISSING or isinstance(v, bool | int | float):
-            continue
-        if not v.strip():
-            vals[i] = _MISSING
-            continue
-        try:
-            vals[i] = convert(v)
-        except ValueError:
-            problems.append((i, f"expected {_EXPECTED[f.type].split(' (')[0]}, got {v!r}"))
-            vals[i] = _PLACEHOLDER[f.type]
-
-
-def _csv_bool(text: str) -> bool:
-    value = _CSV_BOOLEANS.get(text.strip().lower())
-    if value is None:
-        raise ValueError(text)
-    return value
-
-
-def _column(f: FlatField, vals: list[Any], problems: list[tuple[int, str]]) -> Column:
-    """One field's values (JSON types, _MISSING for absent) as a column; problems named.
-
-    Bad values are replaced by a placeholder so that the column keeps its length; the caller
-    drops their rows.
-    """
-    allowed = _JSON_TYPES[f.type]
-    placeholder = f.symbols[0] if f.type == "enum" else _PLACEHOLDER[f.type]
-    failed = {i for i, _ in problems}
-    if not set(map(type, vals)) <= allowed:
-        for i, v in enumerate(vals):
-            if type(v) in allowed:
-                continue
-            if v is _MISSING and f.has_default:
-                vals[i] = f.default
-                continue
-            if i not in failed:
-                reason = "missing (it has no default)" if v is _MISSING else (
-                    f"expected {_EXPECTED[f.type]}, got {_got(v)}")  # fmt: skip
-                problems.append((i, reason))
-            vals[i] = placeholder
-    if f.type in ("string", "bytes"):
-        return _var_column(f, vals, problems)
-    if f.type == "enum":
-        pos = {s: k for k, s in enumerate(f.symbols)}
-        idx = [pos.get(v, -1) for v in vals]
-        if -1 in idx:
-            shown = ", ".join(f.symbols)
-            for i in (i for i, k in enumerate(idx) if k < 0):
-                problems.append((i, f"{_show(vals[i])} is not a symbol of enum "
-                                    f"{f.enum_name} ({shown})"))  # fmt: skip
-                idx[i] = 0
-        return np.array(idx, np.int32)
-    if f.type == "boolean":
-        return np.array(vals, np.bool_)
-    if f.type in ("int", "long"):
-        return _int_column(f, vals, problems)
-    return _float_column(f, vals, problems)
-
-
-def _int_column(f: FlatField, vals: list[Any], problems: list[tuple[int, str]]) -> np.ndarray:
-    lo, hi = _INT_RANGE[f.type]
-    try:
-        col = np.array(vals, np.int64)
-        out = (col < lo) | (col > hi) if f.type == "int" else None
-        if out is None or not out.any():
-            return col.astype(np.int32) if f.type == "int" else col
-        outside = np.flatnonzero(out).tolist()
-    except OverflowError:
-        outside = [i for i, v in enumerate(vals) if not lo <= v <= hi]
-    for i in outside:
-        problems.append((i, f"{vals[i]} is outside the {f.type} range [{lo}, {hi}]"))
-        vals[i] = 0
-    return np.array(vals, np.int32 if f.type == "int" else np.int64)
-
-
-def _float_column(f: FlatField, vals: list[Any], problems: list[tuple[int, str]]) -> np.ndarray:
-    try:
-        col = np.array(vals, np.float64)
-    except OverflowError:  # an integer beyond any double
-        for i, v in enumerate(vals):
-            if isinstance(v, int) and abs(v) > 2**1023:
-                problems.append((i, f"{_show(v)} is outside the {f.type} range"))
-                vals[i] = 0.0
-        col = np.array(vals, np.float64)
-    if f.type == "double":
-        return col
-    finite = np.isfinite(col)
-    over = finite & (np.abs(col) > _FLOAT32_MAX)
-    for i in np.flatnonzero(over).tolist():
-        problems.append((i, f"{vals[i]} is outside the float range (±{_FLOAT32_MAX:.6g})"))
-        col[i] = 0.0
-    return col.astype(np.float32)
-
-
-def _var_column(f: FlatField, vals: list[str], problems: list[tuple[int, str]]) -> VarColumn:
-    utf8 = f.type == "string"
-    text = "".join(vals)
-    try:
-        data = text.encode("utf-8" if utf8 else "latin-1")
-    except UnicodeEncodeError:
-        data = None
-    if data is not None and len(data) == len(text):  # one byte per character: lengths known
-        lengths = np.fromiter(map(len, vals), np.int64, count=len(vals))
-    else:
-        encoded = []
-        for i, v in enumerate(vals):
-            try:
-                encoded.append(v.encode("utf-8" if utf8 else "latin-1"))
-            except UnicodeEncodeError as exc:
-                ch = v[exc.start]
-                reason = (f"character U+{ord(ch):04X} at {exc.start} is a lone surrogate, not "
-                          "encodable in UTF-8") if utf8 else (
-                          f"character U+{ord(ch):04X} at {exc.start} is not a byte (Avro JSON "
-                          "bytes are code points 0-255)")  # fmt: skip
-                problems.append((i, reason))
-                encoded.append(b"")
-        data = b"".join(encoded)
-        lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded))
-    offsets = np.zeros(len(vals) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return VarColumn(offsets, np.frombuffer(data, np.uint8), utf8)

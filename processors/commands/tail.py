@@ -28,13 +28,14 @@ from typing import Any, TextIO
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from processors.core.batch import VarColumn
+from processors.core.batch import VarColumn, null_column
 from processors.runtime.producer import SIGN_HEADER
 from topics.admin import TopicError
 from topics.avro import (
     CONFLUENT_MAGIC,
     SINGLE_OBJECT_HEADER_LEN,
     SINGLE_OBJECT_MARKER,
+    FlatField,
     RegistryCodec,
     SchemaError,
     SchemaStore,
@@ -151,22 +152,43 @@ def _sign(msg: Any) -> int:
 
 
 def _rows(codec: RecordCodec, columns: dict, n: int) -> list[dict]:
-    """Columns -> one dict per record; bytes as Avro JSON (code points 0-255), enums as symbols."""
+    """Columns -> one dict per record, in the JSON ``publish`` reads back: nulls as null, nested
+    records as nested objects, bytes and fixed as Avro JSON (code points 0-255), enums as
+    symbols, logical types as their base values."""
+    fields = flat_fields(codec.schema)
     lists = []
-    for f in flat_fields(codec.schema):
+    for f in fields:
         col = columns[f.name]
         if isinstance(col, VarColumn):
             data, bounds = col.data.tobytes(), col.offsets.tolist()
             enc = "utf-8" if f.type == "string" else "latin-1"
-            lists.append([data[bounds[i] : bounds[i + 1]].decode(enc) for i in range(n)])
+            values = [data[bounds[i] : bounds[i + 1]].decode(enc) for i in range(n)]
         elif f.type == "enum":
-            lists.append([f.symbols[k] for k in col.tolist()])
+            values = [f.symbols[k] for k in col.tolist()]
         else:  # float32 widened exactly, so that the printed value reads back to the same bits
-            lists.append(np.asarray(col).astype(np.float64).tolist() if f.type == "float"
-                         else np.asarray(col).tolist())  # fmt: skip
-    names = [f.name for f in flat_fields(codec.schema)]
-    return [dict(zip(names, values, strict=True)) for values in zip(*lists, strict=True)] if (
+            values = (np.asarray(col).astype(np.float64).tolist() if f.type == "float"
+                      else np.asarray(col).tolist())  # fmt: skip
+        nulls = columns.get(null_column(f.name))
+        if nulls is not None and nulls.any():
+            values = [None if null else v for v, null in zip(values, nulls.tolist(), strict=True)]
+        lists.append(values)
+    names = [f.name for f in fields]
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*lists, strict=True)] if (
         lists) else [{} for _ in range(n)]  # fmt: skip
+    if any(len(f.path) > 1 for f in fields):
+        rows = [_nest(row, fields) for row in rows]
+    return rows
+
+
+def _nest(row: dict, fields: list[FlatField]) -> dict:
+    """Dotted leaves -> nested objects, in schema order."""
+    out: dict = {}
+    for f in fields:
+        node = out
+        for level in f.path[:-1]:
+            node = node.setdefault(level[0], {})
+        node[f.path[-1][0]] = row[f.name]
+    return out
 
 
 class _Printer:

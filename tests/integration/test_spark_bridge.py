@@ -468,3 +468,66 @@ def test_streamon_analyze_prints_and_writes_the_tables(
             "key_aggregates.png"} <= names  # fmt: skip
     assert all(p.exists() for p in result.written)
     assert spark.read.parquet(str(tmp_path / "out" / "net_relation")).count() == len(expected)
+
+
+NULLABLE = {
+    "type": "record", "name": "SparkNullable", "namespace": "streamon.test",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "s", "type": ["null", "string"]},
+        {"name": "h", "type": ["null", {"type": "fixed", "name": "Tag4", "size": 4}]},
+        {"name": "loc", "type": {"type": "record", "name": "Where", "fields": [
+            {"name": "lat", "type": ["null", "double"]}, {"name": "n", "type": "int"}]}},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}]},
+        {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+        {"name": "amt", "type": ["null", {"type": "bytes", "logicalType": "decimal",
+                                          "precision": 9, "scale": 2}]},
+    ],
+}  # fmt: skip
+
+
+def test_nullable_nested_fixed_and_logical_fields_read_through_spark(
+    spark: Any, bootstrap: str
+) -> None:
+    import datetime as dt
+    import decimal
+
+    topic = f"it-spark-nulls-{random.getrandbits(32):08x}"
+    ensure_topics(bootstrap, [TopicSpec(topic, 1)])
+    rng = random.Random(14)
+    recs = []
+    for i in range(200):
+        null = rng.random() < 0.3
+        recs.append({
+            "id": i, "s": None if null else f"s{i}", "h": None if null else bytes([i % 256] * 4),
+            "loc": {"lat": None if rng.random() < 0.3 else i / 4, "n": i},
+            "day": None if null else dt.date(2020, 1, 1) + dt.timedelta(days=i),
+            "ts": None if null else dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+            + dt.timedelta(milliseconds=i * 1001),
+            "amt": None if null else decimal.Decimal(i * 7 - 300) / 100,
+        })  # fmt: skip
+    values = [_fastavro_message(NULLABLE, r) for r in recs]
+    _produce_plain(bootstrap, topic, [(0, None, v, T0 + i, []) for i, v in enumerate(values)])
+    df = sb.read_topic(spark, topic, bootstrap, schema=NULLABLE)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields][:7] == [
+        ("id", "bigint"), ("s", "string"), ("h", "binary"), ("loc", "struct<lat:double,n:int>"),
+        ("day", "date"), ("ts", "timestamp"), ("amt", "decimal(9,2)"),
+    ]  # fmt: skip
+    got = {}
+    for row in df.collect():
+        d = row.asDict(recursive=True)
+        d["h"] = None if d["h"] is None else bytes(d["h"])
+        d["ts"] = None if d["ts"] is None else _ms(d["ts"])
+        got[d["id"]] = {k: d[k] for k in NULLABLE_NAMES}
+    want = {}
+    for v in values:  # the oracle: fastavro's reading of the stored bytes
+        r = _fastavro_read(NULLABLE, v)
+        r["ts"] = None if r["ts"] is None else _ms(r["ts"])
+        want[r["id"]] = r
+    assert got == want
+    nulls = sum(r["loc"]["lat"] is None for r in recs)
+    assert df.filter("loc.lat IS NULL").count() == nulls  # a struct field in Spark SQL
+    assert df.filter("s IS NULL").count() == sum(r["s"] is None for r in recs)
+
+
+NULLABLE_NAMES = [f["name"] for f in NULLABLE["fields"]]

@@ -4,6 +4,7 @@ batch conversion, skip accounting, time bounds, plots. fastavro is the decoding 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import io
 import json
 from pathlib import Path
@@ -331,3 +332,107 @@ def test_confluent_wire_format_through_a_registry() -> None:
     other = dict(SCHEMA, name="NotRegistered")
     with pytest.raises(SchemaError, match="NotRegistered is not registered"):
         ChunkDecoder(other, "mock://spark-unit-empty", arrow_schema(spark_schema(other)))
+
+
+# --- nullable fields, nested records, fixed and logical types -----------------------------
+
+_DEC = {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}
+_MD5 = {"type": "fixed", "name": "Md5", "size": 4}
+RICH = {
+    "type": "record", "name": "Rich", "namespace": "streamon.test",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "s", "type": ["null", "string"], "default": None},
+        {"name": "i", "type": ["int", "null"]},
+        {"name": "f", "type": ["null", "float"]},
+        {"name": "b", "type": ["null", "boolean"]},
+        {"name": "y", "type": ["null", "bytes"]},
+        {"name": "e", "type": ["null", {"type": "enum", "name": "E2", "symbols": ["X", "Y"]}]},
+        {"name": "h", "type": ["null", _MD5]},
+        {"name": "h2", "type": "Md5"},
+        {"name": "loc", "type": {"type": "record", "name": "Loc", "fields": [
+            {"name": "lat", "type": ["null", "double"]},
+            {"name": "inner", "type": {"type": "record", "name": "In", "fields": [
+                {"name": "z", "type": ["null", "int"]}]}},
+        ]}},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}]},
+        {"name": "ms", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]},
+        {"name": "us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "t", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "u", "type": ["null", {"type": "string", "logicalType": "uuid"}]},
+        {"name": "amt", "type": ["null", _DEC]},
+        {"name": "famt", "type": {"type": "fixed", "name": "F5", "size": 5,
+                                  "logicalType": "decimal", "precision": 11, "scale": 3}},
+    ],
+}  # fmt: skip
+_T0 = dt.datetime(2024, 2, 29, 23, 59, 58, 123000, tzinfo=dt.UTC)
+RICH_RECORDS = [
+    {"id": 1, "s": "a", "i": 5, "f": 1.5, "b": True, "y": b"\x00\xff", "e": "Y", "h": b"abcd",
+     "h2": b"\x00\x01\x02\x03", "loc": {"lat": 1.25, "inner": {"z": -3}},
+     "day": dt.date(2024, 2, 29), "ms": _T0, "us": _T0 + dt.timedelta(microseconds=456),
+     "t": dt.time(1, 2, 3, 4000), "u": "12345678-1234-5678-1234-567812345678",
+     "amt": decimal.Decimal("-12345678.90"), "famt": decimal.Decimal("-0.001")},
+    {"id": 2, "s": None, "i": None, "f": None, "b": None, "y": None, "e": None, "h": None,
+     "h2": b"\xff" * 4, "loc": {"lat": None, "inner": {"z": None}}, "day": None, "ms": None,
+     "us": dt.datetime(1960, 1, 1, tzinfo=dt.UTC), "t": dt.time(0, 0), "u": None,
+     "amt": None, "famt": decimal.Decimal("99999999.999")},
+    {"id": 3, "s": "", "i": -(2**31), "f": -0.0, "b": False, "y": b"", "e": "X", "h": b"\xff" * 4,
+     "h2": b"wxyz", "loc": {"lat": -0.5, "inner": {"z": 0}}, "day": dt.date(1969, 12, 31),
+     "ms": dt.datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=dt.UTC), "us": _T0,
+     "t": dt.time(0, 0),
+     "u": "00000000-0000-0000-0000-000000000000", "amt": decimal.Decimal("0.01"),
+     "famt": decimal.Decimal("0.000")},
+]  # fmt: skip
+
+
+def _fastavro_read(value: bytes, schema: dict) -> dict:
+    body = io.BytesIO(value[len(single_object_header(schema)) :])
+    return fastavro.schemaless_reader(body, fastavro.parse_schema(json.loads(json.dumps(schema))))
+
+
+def test_rich_spark_schema_has_structs_dates_timestamps_and_decimals() -> None:
+    schema = spark_schema(RICH)
+    assert [(f.name, f.dataType.simpleString()) for f in schema.fields][:17] == [
+        ("id", "bigint"), ("s", "string"), ("i", "int"), ("f", "float"), ("b", "boolean"),
+        ("y", "binary"), ("e", "string"), ("h", "binary"), ("h2", "binary"),
+        ("loc", "struct<lat:double,inner:struct<z:int>>"), ("day", "date"), ("ms", "timestamp"),
+        ("us", "timestamp"), ("t", "int"), ("u", "string"), ("amt", "decimal(10,2)"),
+        ("famt", "decimal(11,3)"),
+    ]  # fmt: skip
+    assert all(f.nullable for f in schema.fields)
+    wide = dict(RICH, fields=[{"name": "w", "type": dict(_DEC, precision=39)}])
+    assert spark_schema(wide).fields[0].dataType.simpleString() == "binary"
+
+
+def test_nulls_nested_fixed_and_logical_types_decode_like_fastavro() -> None:
+    values = [_message(r, RICH) for r in RICH_RECORDS]
+    target = arrow_schema(spark_schema(RICH))
+    batch, bad = _decode(values, ChunkDecoder(RICH, None, target))
+    assert not bad and batch.schema == target
+    want = [_fastavro_read(v, RICH) for v in values]  # the oracle's reading of the same bytes
+    for w in want:
+        w["u"] = None if w["u"] is None else str(w["u"])
+        w["t"] = (w["t"].hour * 3600 + w["t"].minute * 60 + w["t"].second) * 1000 + (
+            w["t"].microsecond // 1000)  # fmt: skip
+    rows = [{k: r[k] for k in want[0]} for r in batch.to_pylist()]
+    assert rows == want
+    assert rows[1]["s"] is None and rows[1]["loc"] == {"lat": None, "inner": {"z": None}}
+    assert batch.column("amt").null_count == 1 and batch.column("id").null_count == 0
+    # a subset, with one bad message in the middle: validity stays aligned with the rows
+    sub = ChunkDecoder(RICH, None, pa.schema([target.field(c) for c in ("loc", "i", "_offset")]))
+    batch, bad = _decode([values[0], b"junk", values[1], values[2]], sub)
+    assert [b.offset for b in bad] == [101]
+    assert batch.to_pylist() == [
+        {"loc": w["loc"], "i": w["i"], "_offset": o}
+        for w, o in zip(want, (100, 102, 103), strict=True)
+    ]
+
+
+def test_rich_connector_batches_keep_nulls() -> None:
+    values = [_message(r, RICH) for r in RICH_RECORDS]
+    run = decode_kafka_batches(RICH, None, spark_schema(RICH), "fail", None)
+    out = list(run(iter([_kafka_batch(values, [0, 0, 0], [None] * 3)])))
+    rows = [r for b in out for r in b.to_pylist()]
+    assert [r["ms"] for r in rows] == [r["ms"] for r in RICH_RECORDS]
+    assert [r["amt"] for r in rows] == [r["amt"] for r in RICH_RECORDS]
+    assert [r["h"] for r in rows] == [r["h"] for r in RICH_RECORDS]
