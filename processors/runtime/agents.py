@@ -277,10 +277,14 @@ def backlog_of(app: BulkApp, stats: AgentStats) -> tuple[int, int]:
     """
     held = app.consumer.assignment()
     pending = 0
-    for partition, position in list(stats.positions.items()):
-        tp = TP(stats.topic, partition)
+    if stats.topic_positions:  # several input topics: each partition of each topic
+        positions = {TP(t, p): at for (t, p), at in stats.topic_positions.items()}
+    else:
+        positions = {TP(stats.topic, p): at for p, at in stats.positions.items()}
+    for tp, position in positions.items():
         if tp not in held:  # moved to another worker at a rebalance: its backlog is theirs now
-            del stats.positions[partition]
+            stats.positions.pop(tp.partition, None)
+            stats.topic_positions.pop((tp.topic, tp.partition), None)
             continue
         try:
             high = app.consumer.highwater(tp)

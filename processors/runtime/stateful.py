@@ -130,6 +130,7 @@ def add_stateful_agent(
         elapsed = time.perf_counter_ns() - started
         stats.record(n_in, n_out, elapsed, index - start, nbytes, written)
         stats.positions[block.partition] = block.offsets[index - 1] + 1
+        stats.topic_positions[(block.topic, block.partition)] = block.offsets[index - 1] + 1
         return index
 
     async def run(blocks: Any, cursor: Cursor) -> None:

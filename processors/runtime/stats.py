@@ -43,6 +43,9 @@ class AgentStats:
     latency_s_window_max: float = 0.0  # since the last Stats record
     #: next offset to process, per input partition (for backlog = high watermark - position)
     positions: dict[int, int] = field(default_factory=dict)
+    #: agents that read several topics (an MJoin): next offset per (topic, partition), which
+    #: the backlog is computed from (``positions`` alone would mix the topics' offsets)
+    topic_positions: dict[tuple[str, int], int] = field(default_factory=dict)
     plan: Callable[[], dict[str, Any]] = dict
     events: list[dict[str, Any]] = field(default_factory=list)
     #: plan changes made since its previous call (for example filter order changes)
