@@ -19,7 +19,7 @@ import logging
 
 import numpy as np
 
-from processors.core.batch import Batch, Column, VarColumn
+from processors.core.batch import Batch, Column, VarColumn, null_column
 from processors.core.plan import LogicalPlan, StreamSpec
 from processors.physical.build import chain_factory
 from processors.physical.compiler import compile_plan
@@ -69,7 +69,8 @@ def _probe_step(step: Step) -> Step:
 
 
 def _zero_columns(spec: StreamSpec) -> dict[str, Column]:
-    """One zero-valued record of ``spec``'s flat fields (when its codec cannot say)."""
+    """One zero-valued record of ``spec``'s flat fields, a nullable one with its companion
+    column (when its codec cannot say)."""
     columns: dict[str, Column] = {}
     for f in spec.fields:
         if f.type in ("string", "bytes"):
@@ -77,6 +78,8 @@ def _zero_columns(spec: StreamSpec) -> dict[str, Column]:
             columns[f.name] = VarColumn(np.zeros(2, np.int64), empty, f.type == "string")
         else:
             columns[f.name] = np.zeros(1, DTYPES[f.type])
+        if f.nullable:  # the companion follows its column, as the codec decodes it
+            columns[null_column(f.name)] = np.zeros(1, np.bool_)
     return columns
 
 

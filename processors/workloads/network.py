@@ -26,7 +26,10 @@ adaptive orderer should find in each phase.
 Randomness: a Generator(PCG64(seed)) draws two 64-bit keys; packet k's route, size, visiting
 order and hop delays are SplitMix64 words at counters k*(routers+2)+w under the first, and its
 pid is the SplitMix64 mix of k xor the second: a bijection, so distinct packets never share a
-pid. Nothing depends on how a run is split into calls.
+pid. With ``null_sizes`` > 0 a router leaves a sighting's size unrecorded (null: the ``size``
+field is ``["null", "long"]`` and the batches carry the companion column ``size?``) when the
+SplitMix64 mix of (pid, router) under a third key falls below that fraction. Nothing depends on
+how a run is split into calls.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from fractions import Fraction
 import numpy as np
 from numba import njit
 
-from processors.core.batch import Batch
+from processors.core.batch import Batch, null_column
 from processors.kernels.splitmix import GAMMA, mix64
 from processors.workloads.network_phases import (
     EXAMPLE1_ROUTES,
@@ -79,6 +82,8 @@ class NetworkWorkload:
     default one pass through the schedule) plus their last sightings. ``phases`` defaults to
     :func:`default_phases`; it repeats if the run is longer. Sizes are uniform in ``sizes``
     (bytes, inclusive). ``include_router`` adds a ``router`` column holding the router index.
+    ``null_sizes`` is the fraction of sightings whose size is null (unrecorded); above 0 the
+    size field is nullable.
     """
 
     routers: int = 4
@@ -91,6 +96,7 @@ class NetworkWorkload:
     start_ms: int = 1_700_000_000_000
     include_router: bool = False
     seed: int = 0
+    null_sizes: float = 0.0
 
     def __post_init__(self) -> None:
         if not is_int(self.routers) or not 2 <= self.routers <= MAX_ROUTERS:
@@ -135,6 +141,8 @@ class NetworkWorkload:
             raise ValueError(f"include_router must be a bool, got {self.include_router!r}")
         if not is_int(self.seed) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if not is_real(self.null_sizes) or not 0.0 <= self.null_sizes < 1.0:
+            raise ValueError(f"null_sizes must be a number in [0, 1), got {self.null_sizes!r}")
         if self.total_packets * 1000 * self._rate.denominator >= 2**62:
             raise ValueError("packets_per_s and the run length give birth times beyond int64")
 
@@ -170,11 +178,17 @@ class NetworkWorkload:
         return [p.best_orders(self.routers) for p in self.schedule]
 
 
-def packet_schema(include_router: bool = False) -> dict:
-    """The Avro record of one router's stream: fields in the order of the batch columns."""
+def packet_schema(include_router: bool = False, nullable_size: bool = False) -> dict:
+    """The Avro record of one router's stream: fields in the order of the batch columns.
+    ``nullable_size``: the size is ``["null", "long"]`` (null where the router did not record
+    it)."""
+    size: dict = {"name": "size", "type": "long", "doc": "Bytes."}
+    if nullable_size:
+        size = {"name": "size", "type": ["null", "long"], "default": None,
+                "doc": "Bytes; null where the router did not record the size."}  # fmt: skip
     fields: list[dict] = [
         {"name": "pid", "type": "long", "doc": "Packet id, the same at every router."},
-        {"name": "size", "type": "long", "doc": "Bytes."},
+        size,
         {"name": "ts", "type": "long", "doc": "Time the router saw the packet, ms."},
     ]
     if include_router:
@@ -190,7 +204,8 @@ def packet_schema(include_router: bool = False) -> dict:
 
 def network_schemas(workload: NetworkWorkload) -> dict[str, dict]:
     """Stream name -> Avro schema for every router stream of ``workload``."""
-    return {name: packet_schema(workload.include_router) for name in workload.stream_names}
+    schema = packet_schema(workload.include_router, workload.null_sizes > 0)
+    return {name: schema for name in workload.stream_names}
 
 
 @njit(cache=True)
@@ -199,6 +214,16 @@ def _words(stream: np.uint64, first: int, count: int) -> np.ndarray:
     out = np.empty(count, np.uint64)
     for i in range(count):
         out[i] = mix64(stream + (np.uint64(first + i) + _U1) * GAMMA)
+    return out
+
+
+@njit(cache=True)
+def _unrecorded(key: np.uint64, pid: np.ndarray, router: np.ndarray, fraction: float) -> np.ndarray:
+    """Whether router ``router[i]`` left the size of its sighting of ``pid[i]`` unrecorded."""
+    out = np.empty(len(pid), np.bool_)
+    for i in range(len(pid)):
+        z = mix64(key ^ np.uint64(pid[i]) ^ (np.uint64(router[i]) + _U1) * GAMMA)
+        out[i] = np.float64(z >> _S11) * 2.0**-53 < fraction
     return out
 
 
@@ -218,6 +243,7 @@ class NetworkWorkloadRun:
         self.workload = w = workload
         rng = np.random.Generator(np.random.PCG64(w.seed))
         self._stream, self._pid_key = (np.uint64(x) for x in rng.bit_generator.random_raw(2))
+        self._null_key = np.uint64(rng.bit_generator.random_raw())  # drawn after: same pids
         rate = w._rate
         self._num, self._step = rate.numerator, 1000 * rate.denominator
         self.stream_names: list[str] = w.stream_names
@@ -300,7 +326,8 @@ class NetworkWorkloadRun:
     def next_batches(self, span_ms: int) -> list[Batch]:
         """The sightings with ts in [now_ms, now_ms + span_ms) (capped at ``end_ms``), one insert
         batch per router in ``stream_names`` order, each in (ts, packet) order; then advance
-        ``now_ms``. Columns: pid, size, ts (= the batch's ts), and router if asked for."""
+        ``now_ms``. Columns: pid, size (0 where null), ``size?`` with ``null_sizes``, ts (= the
+        batch's ts), and router if asked for."""
         if not is_int(span_ms) or span_ms < 0:
             raise ValueError(f"span_ms must be an integer >= 0, got {span_ms!r}")
         w = self.workload
@@ -323,7 +350,12 @@ class NetworkWorkloadRun:
         batches = []
         for i, name in enumerate(self.stream_names):
             sl = slice(bounds[i], bounds[i + 1])
-            cols = {"pid": pid[sl], "size": size[sl], "ts": ts[sl]}
+            cols = {"pid": pid[sl], "size": size[sl]}
+            if w.null_sizes > 0:
+                null = _unrecorded(self._null_key, pid[sl], router[sl], float(w.null_sizes))
+                cols["size"] = np.where(null, 0, size[sl])
+                cols[null_column("size")] = null
+            cols["ts"] = ts[sl]
             if w.include_router:
                 cols["router"] = router[sl]
             batch = Batch.inserts(cols, ts[sl])
