@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from topics.avro import FlatField, flat_fields
+from topics.avro import FlatField, SchemaError, flat_fields
 
 MAX_DECIMAL_PRECISION = 38  # Spark's (and Arrow decimal128's) limit
 _BASE = {
@@ -87,6 +87,8 @@ def leaves(reader_schema: dict) -> list[Leaf]:
     decimals = _decimals(reader_schema)
     out = []
     for f in flat_fields(reader_schema):
+        if f.type not in _BASE:  # arrays and maps: the bulk codec passes them through as bytes
+            raise SchemaError(f"field '{f.name}' has unsupported type {f.type} (not read in Spark)")
         arrow, precision, scale = _BASE[f.type], 0, 0
         if f.logical == "date" and f.type == "int":
             arrow = pa.date32()

@@ -16,9 +16,13 @@ decoding stopped.
 import numba as nb
 import numpy as np
 
+from topics.avro_collections import skip_value, utf8_ok, varint
+
 # field type codes
 # (ordered so that kernels test ranges: varint types T_INT..T_LONG, IEEE types, var-length types)
-T_BOOLEAN, T_INT, T_ENUM, T_LONG, T_FLOAT, T_DOUBLE, T_STRING, T_BYTES, T_FIXED = range(9)
+# arrays and maps are kept as their encoding, like fixed (no length prefix; see avro_collections)
+T_BOOLEAN, T_INT, T_ENUM, T_LONG, T_FLOAT, T_DOUBLE, T_STRING, T_BYTES, T_FIXED, T_ARRAY, T_MAP = (
+    range(11))  # fmt: skip
 TYPE_CODES = {
     "boolean": T_BOOLEAN,
     "int": T_INT,
@@ -29,6 +33,8 @@ TYPE_CODES = {
     "bytes": T_BYTES,
     "enum": T_ENUM,
     "fixed": T_FIXED,
+    "array": T_ARRAY,
+    "map": T_MAP,
 }
 # largest encoded size of a fixed-size field (varints: 5 bytes for int, 10 for long)
 # (fixed: its bytes are counted with the string and bytes data; a nullable field adds one byte)
@@ -40,6 +46,8 @@ MAX_FIXED_SIZE = {
     T_DOUBLE: 8,
     T_ENUM: 5,
     T_FIXED: 0,
+    T_ARRAY: 0,
+    T_MAP: 0,
 }
 
 # per-record status codes
@@ -104,60 +112,6 @@ def parse_headers(buf, offsets, framing):
                 key[i] = v
                 body[i] = s + 5
     return status, key, body
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _utf8_ok(buf, pos, end):
-    """Strict UTF-8 (no overlongs, surrogates, or code points past U+10FFFF)."""
-    p = pos
-    while p < end:
-        c = buf[p]
-        if c < 0x80:
-            p += 1
-            continue
-        if 0xC2 <= c <= 0xDF:
-            need, lo, hi = 1, 0x80, 0xBF
-        elif 0xE0 <= c <= 0xEF:
-            need = 2
-            lo = 0xA0 if c == 0xE0 else 0x80
-            hi = 0x9F if c == 0xED else 0xBF
-        elif 0xF0 <= c <= 0xF4:
-            need = 3
-            lo = 0x90 if c == 0xF0 else 0x80
-            hi = 0x8F if c == 0xF4 else 0xBF
-        else:
-            return False
-        if end - p <= need:
-            return False
-        b = buf[p + 1]
-        if b < lo or b > hi:
-            return False
-        for k in range(2, need + 1):
-            b = buf[p + k]
-            if b < 0x80 or b > 0xBF:
-                return False
-        p += need + 1
-    return True
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _varint(buf, pos, end, last):
-    """A zigzag varint of at most ``last + 1`` bytes; returns (value, new pos, status)."""
-    last_max = 0x0F if last == 4 else 0x01
-    acc = np.int64(0)
-    k = 0
-    while True:
-        if pos >= end:
-            return np.int64(-1), pos, TRUNCATED
-        b = buf[pos]
-        pos += 1
-        if k == last and b > last_max:
-            return np.int64(-1), pos, VARINT_OVERFLOW
-        acc |= np.int64(b & 0x7F) << (7 * k)
-        if b < 0x80:
-            break
-        k += 1
-    return ((acc >> 1) & _LOW63) ^ -(acc & 1), pos, OK
 
 
 @nb.njit(cache=True, nogil=True)
@@ -225,7 +179,7 @@ def decode_bodies(
                     if v > end - pos:
                         st = LENGTH_PAST_END
                         break
-                    if check_utf8[f] and not _utf8_ok(buf, pos, pos + v):
+                    if check_utf8[f] and not utf8_ok(buf, pos, pos + v):
                         st = BAD_UTF8
                         break
                     vals[f, i] = pos
@@ -264,23 +218,30 @@ def decode_bodies_general(
     status,
     err_pos,
     err_field,
+    nodes,
+    max_items,
+    stack,
 ):
     """Decode record i from ``buf[starts[i]:ends[i]]`` into ``vals[:, i]`` / ``lens[:, i]``, for
-    layouts with nullable or fixed fields (:func:`decode_bodies` keeps the others fast)."""
+    layouts with nullable, fixed, array or map fields (:func:`decode_bodies` keeps the others
+    fast). An array or map field's root node in ``nodes`` (kind, a, b, kids) is ``enum_n[f]``."""
     n = len(starts)
     nf = len(types)
+    kind, na, nb_, kids = nodes
+    snode, sstate = stack
     for i in range(n):
         pos = starts[i]
         end = ends[i]
         st = OK
         f = 0
         fstart = pos
+        items = np.int64(0)
         while f < nf:
             t = types[f]
             fstart = pos
             nbr = null_branch[f]
             if nbr >= 0:
-                branch, pos, st = _varint(buf, pos, end, 9)
+                branch, pos, st = varint(buf, pos, end, 9)
                 if st != OK:
                     break
                 if branch == nbr:
@@ -323,8 +284,16 @@ def decode_bodies_general(
                 vals[f, i] = pos
                 lens[var_slot[f], i] = enum_n[f]
                 pos += enum_n[f]
+            elif t >= T_ARRAY:
+                vals[f, i] = pos
+                pos, st, got = skip_value(buf, pos, end, enum_n[f], kind, na, nb_, kids,
+                                          max_items - items, snode, sstate)  # fmt: skip
+                if st != OK:
+                    break
+                items += got
+                lens[var_slot[f], i] = pos - vals[f, i]
             else:
-                v, pos, st = _varint(buf, pos, end, 4 if t <= T_ENUM else 9)
+                v, pos, st = varint(buf, pos, end, 4 if t <= T_ENUM else 9)
                 if st != OK:
                     break
                 if t >= T_STRING:
@@ -334,7 +303,7 @@ def decode_bodies_general(
                     if v > end - pos:
                         st = LENGTH_PAST_END
                         break
-                    if check_utf8[f] and not _utf8_ok(buf, pos, pos + v):
+                    if check_utf8[f] and not utf8_ok(buf, pos, pos + v):
                         st = BAD_UTF8
                         break
                     vals[f, i] = pos
@@ -466,7 +435,7 @@ def encode_bodies_general(
                 for k in range(width):
                     out[pos + k] = (v >> (8 * k)) & 0xFF
                 pos += width
-            elif t == T_FIXED:
+            elif t >= T_FIXED:  # fixed, or an array or map's encoding: verbatim
                 length = lens[var_slot[f], i]
                 for k in range(length):
                     out[pos + k] = var_data[v + k]

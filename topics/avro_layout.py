@@ -2,8 +2,9 @@
 
 A record schema becomes a list of :class:`FlatField` leaves, one per column of a batch: nested
 records flattened to dotted names, ``["null", T]`` unions as ``T`` plus a null flag, enums,
-fixed, and logical types on their base type. :func:`resolve_flat` matches a writer's leaves to
-a reader's by the Avro resolution rules, once per writer schema.
+fixed, and logical types on their base type; arrays and maps are one leaf each, whose value the
+codec passes through as its Avro encoding (:mod:`topics.avro_collections`). :func:`resolve_flat`
+matches a writer's leaves to a reader's by the Avro resolution rules, once per writer schema.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from topics.avro import SchemaError, _parse, schema_name
+from topics.avro_collections import expanded
 
 PRIMITIVE_TYPES = ("boolean", "int", "long", "float", "double", "string", "bytes")
+COLLECTION_TYPES = ("array", "map")
 NESTED_SEP = "."  # a nested record's field ``lat`` of field ``loc`` is the column ``loc.lat``
 
 
@@ -29,7 +32,7 @@ class FlatField:
     """
 
     name: str
-    type: str  # one of PRIMITIVE_TYPES, "enum" or "fixed"
+    type: str  # one of PRIMITIVE_TYPES, "enum", "fixed", "array" or "map"
     symbols: tuple[str, ...] = ()  # enum symbols
     enum_name: str = ""
     enum_default: str | None = None  # the enum's own default symbol (schema evolution)
@@ -41,6 +44,12 @@ class FlatField:
     fixed_name: str = ""
     logical: str = ""  # the logicalType, if any (the column holds the base type's values)
     path: tuple[tuple[str, ...], ...] = ()  # per nesting level: the field's name and aliases
+    items: Any = None  # array items / map values, named types inlined (topics.avro_collections)
+
+    @property
+    def collection_schema(self) -> dict[str, Any]:
+        """An array or map field's own type, standalone (for output schemas and defaults)."""
+        return {"type": self.type, "items" if self.type == "array" else "values": self.items}
 
     @property
     def nullable(self) -> bool:
@@ -61,7 +70,7 @@ class _Flattener:
         return SchemaError(
             f"schema {self.rec}: field '{fname}' has unsupported type {json.dumps(t)} "
             f"({why or 'bulk codec supports ' + ', '.join(PRIMITIVE_TYPES)}, enum, fixed, "
-            'nested records and ["null", T] unions of those)'
+            'nested records, arrays and maps (passed through) and ["null", T] unions of those)'
         )
 
     def lookup(self, t: Any) -> Any:
@@ -105,6 +114,9 @@ class _Flattener:
         elif kind == "fixed":
             self.remember(t)
             extra = dict(size=int(t["size"]), fixed_name=str(t["name"]).rsplit(".", 1)[-1])
+        elif kind in COLLECTION_TYPES:
+            extra = dict(items=expanded(t["items" if kind == "array" else "values"], self.named,
+                                        set()))  # fmt: skip
         elif not (isinstance(kind, str) and kind in PRIMITIVE_TYPES):
             raise self.unsupported(name, t)
         logical = t.get("logicalType", "") if isinstance(t, dict) else ""
@@ -172,6 +184,15 @@ def _shape_clash(rf: FlatField, cands: list[str], index: dict[str, int]) -> str 
 
 
 def _type_problem(rf: FlatField, wf: FlatField) -> str | None:
+    if wf.type in COLLECTION_TYPES or rf.type in COLLECTION_TYPES:
+        shape = lambda f: json.dumps(f.collection_schema if f.type in COLLECTION_TYPES else f.type,  # noqa: E731
+                                     sort_keys=True)  # fmt: skip
+        if shape(wf) != shape(rf):
+            return (
+                f"field '{rf.name}': writer type {shape(wf)} differs from the reader's "
+                f"{shape(rf)}; arrays and maps pass through, so both must be the same"
+            )
+        return None
     if wf.type == "fixed" or rf.type == "fixed":
         if wf.type != rf.type or wf.fixed_name != rf.fixed_name or wf.size != rf.size:
             what = lambda f: f"fixed {f.fixed_name}[{f.size}]" if f.type == "fixed" else f.type  # noqa: E731

@@ -5,8 +5,10 @@ Headers are checked in one kernel call, records are grouped by writer schema, ea
 decoded by :mod:`topics.avro_kernels` with the writer's layout, and schema resolution (defaults,
 skipped fields, promotions, enum symbol mapping) is done per column with numpy, not per record.
 Bad records never fail the call: they come back in ``errors`` with a reason, for the dead-letter
-topic. Writer schemas the kernels cannot read (e.g. a union the reader ignores) fall back to
-fastavro per record, which is slow but keeps such records flowing.
+topic. Arrays and maps are columns of their exact Avro encoding, skipped with bounds and written
+back unchanged (:mod:`topics.avro_collections`). Writer schemas the kernels cannot read (e.g. a
+union the reader ignores) fall back to fastavro per record, which is slow but keeps such records
+flowing.
 
 Every decode has bounds (:class:`DecodeLimits`): a record over ``max_record_bytes`` is refused
 before it is read, and a record taking the per-record path is first walked against its writer
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from processors.core.batch import Column, VarColumn, null_column
+from topics import avro_collections as C
 from topics import avro_kernels as K
 from topics.avro import (
     RegistryCodec,
@@ -38,6 +41,7 @@ from topics.avro import (
 from topics.avro_bounds import DecodeBoundsError, DecodeLimits, check_bounds
 from topics.avro_layout import FlatField, Resolution, flat_fields, resolve_flat
 from topics.columnar_values import (
+    COLLECTIONS,
     DTYPES,
     VAR_TYPES,
     check_sizes,
@@ -57,6 +61,7 @@ _REASONS = {
     K.BAD_BOOLEAN: "invalid boolean byte",
     K.BAD_UTF8: "invalid UTF-8",
     K.BAD_UNION: "union branch index out of range",
+    **C.REASONS,
 }
 
 
@@ -81,19 +86,23 @@ class _Layout:
     var_slot: np.ndarray  # int32 row in lens for string/bytes/fixed fields, else -1
     null_branch: np.ndarray  # int8 union branch of "null", -1 for fields never null
     null_slot: np.ndarray  # int32 row in nulls for nullable fields, else -1
+    nodes: tuple  # item types of the array and map fields (topics.avro_collections.NodeTable)
 
     @classmethod
     def of(cls, fields: list[FlatField]) -> _Layout:
         types = np.array([K.TYPE_CODES[f.type] for f in fields], np.int8)
-        enum_n = np.array([len(f.symbols) or f.size for f in fields], np.int32)
+        table = C.NodeTable()
+        enum_n = np.array([table.add(f.collection_schema, {}) if f.type in COLLECTIONS
+                           else len(f.symbols) or f.size for f in fields], np.int32)  # fmt: skip
         null_branch = np.array([f.null_index for f in fields], np.int8)
         return cls(types, enum_n, _slots([f.type in VAR_TYPES for f in fields]), null_branch,
-                   _slots([f.nullable for f in fields]))  # fmt: skip
+                   _slots([f.nullable for f in fields]), table.arrays())  # fmt: skip
 
     @property
     def general(self) -> bool:
-        """Whether a field is nullable or fixed: the kernels' general (slower) variants."""
-        return bool((self.null_branch >= 0).any() or (self.types == K.T_FIXED).any())
+        """Whether a field is nullable, fixed, an array or a map: the kernels' general (slower)
+        variants."""
+        return bool((self.null_branch >= 0).any() or (self.types >= K.T_FIXED).any())
 
     def rows(self, slot: np.ndarray, m: int, dtype: type) -> np.ndarray:
         return np.empty((max(int((slot >= 0).sum()), 1), m), dtype)
@@ -114,13 +123,17 @@ class _Plan:
 
 def _make_plan(writer: dict, reader: dict, rfields: list[FlatField]) -> _Plan:
     res = resolve_flat(writer, reader, rfields)
+    try:
+        lay = _Layout.of(res.writer_fields or [])
+    except C.CollectionSchemaError:  # items the kernels cannot skip: the per-record path
+        res.writer_fields, lay = None, _Layout.of([])
     wf = res.writer_fields or []
     check = np.zeros(len(wf), np.bool_)
     for rf, w in zip(rfields, res.sources, strict=True):
         if w >= 0:
             check[w] = rf.type == "string"
     luts = [None if m is None else np.array(m or [0], np.int32) for m in res.enum_maps]
-    return _Plan(writer, res, wf, _Layout.of(wf), check, luts, strip_logical(writer))
+    return _Plan(writer, res, wf, lay, check, luts, strip_logical(writer))
 
 
 def _slots(used: list[bool]) -> np.ndarray:
@@ -231,7 +244,8 @@ class RecordCodec:
         common = (data, starts, ends, lay.types, lay.enum_n, plan.check_utf8, lay.var_slot)
         if lay.general:
             K.decode_bodies_general(*common, lay.null_branch, lay.null_slot, vals, lens, nulls,
-                                    status, err_pos, err_field)  # fmt: skip
+                                    status, err_pos, err_field, lay.nodes,
+                                    self.limits.max_collection_items, self._stack())  # fmt: skip
         else:  # the flat records of old keep their own, faster kernel
             K.decode_bodies(*common, vals, lens, status, err_pos, err_field)
         good_mask = status == 0
@@ -297,6 +311,11 @@ class RecordCodec:
             col = raw.astype(DTYPES[wt], copy=False)
         return col.astype(DTYPES[rf.type], copy=False)
 
+    def _stack(self) -> tuple[np.ndarray, np.ndarray]:
+        """The frames :func:`topics.avro_collections.skip_value` nests in: ``max_nesting``."""
+        depth = self.limits.max_nesting
+        return np.empty(depth, np.int64), np.empty(depth, np.int64)
+
     def _decode_fallback(self, plan: _Plan, data, offs, body, idx, errors) -> tuple:
         """fastavro per record, for writer schemas the kernels do not support; each record is
         first checked against the decode bounds (fastavro trusts the counts in the data)."""
@@ -359,6 +378,8 @@ class RecordCodec:
                     raise ValueError(f"column '{f.name}' has {len(col)} values, expected {n}")
                 if f.type == "fixed":
                     check_sizes(f, col, nul)
+                if f.type in COLLECTIONS:
+                    self._check_collection(fi, f, col, nul)
                 var_cols.append(col)
                 continue
             col = np.asarray(col)
@@ -385,6 +406,16 @@ class RecordCodec:
         else:
             offsets = K.encode_bodies(header, lay.types, lay.var_slot, vals, var_data, lens, out)
         return out[: offsets[n]], offsets
+
+    def _check_collection(self, fi: int, f: FlatField, col: VarColumn, nul) -> None:
+        """Every value of an array or map column must be one whole Avro encoding of its type."""
+        skip = np.zeros(len(col), np.bool_) if nul is None else nul
+        bad = C.check_slices(col.data, col.offsets, skip, self._lay.enum_n[fi], *self._lay.nodes,
+                             self.limits.max_collection_items, *self._stack())  # fmt: skip
+        if bad >= 0:
+            raise ValueError(
+                f"column '{f.name}' value {bad} is not the Avro encoding of a {f.type} of its type"
+            )
 
     @staticmethod
     def _nulls(f: FlatField, columns: Mapping[str, Column], n: int) -> np.ndarray | None:

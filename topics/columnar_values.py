@@ -3,6 +3,10 @@ and the columns of records that took the per-record path."""
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
+import fastavro
 import numpy as np
 
 from processors.core.batch import Column, VarColumn, null_column
@@ -17,11 +21,28 @@ DTYPES = {
     "double": np.dtype(np.float64),
     "enum": np.dtype(np.int32),
 }
-VAR_TYPES = ("string", "bytes", "fixed")  # types held in a VarColumn
+VAR_TYPES = ("string", "bytes", "fixed", "array", "map")  # types held in a VarColumn
+COLLECTIONS = ("array", "map")  # held as their Avro encoding
+
+
+def encode_collection(f: FlatField, values: list[Any]) -> list[bytes]:
+    """Python lists (array) or dicts (map) as their Avro encodings; None as empty bytes."""
+    schema = fastavro.parse_schema(strip_logical(f.collection_schema), named_schemas={})
+    out = []
+    for v in values:
+        if v is None:
+            out.append(b"")
+            continue
+        sink = io.BytesIO()
+        fastavro.schemaless_writer(sink, schema, v)
+        out.append(sink.getvalue())
+    return out
 
 
 def zeros(f: FlatField, n: int) -> Column:
     """n values of ``f``'s type that are zero: 0, empty, ``size`` zero bytes, the first symbol."""
+    if f.type in COLLECTIONS:  # an empty array or map: a zero count
+        return VarColumn(np.arange(n + 1, dtype=np.int64), np.zeros(n, np.uint8), False)
     if f.type in VAR_TYPES:
         size = f.size if f.type == "fixed" else 0
         offsets = np.arange(n + 1, dtype=np.int64) * size
@@ -32,6 +53,8 @@ def zeros(f: FlatField, n: int) -> Column:
 def default_column(f: FlatField, n: int) -> Column:
     if f.nullable and f.default is None:
         return zeros(f, n)
+    if f.type in COLLECTIONS:
+        return VarColumn.from_values(encode_collection(f, [f.default]) * n, utf8=False)
     if f.type in VAR_TYPES:
         raw = f.default.encode("utf-8" if f.type == "string" else "latin-1")
         data = np.frombuffer(raw * n, np.uint8).copy()
@@ -61,6 +84,8 @@ def columns_from_rows(fields: list[FlatField], rows: list[dict]) -> dict[str, Co
         nul = np.array([v is None for v in values], np.bool_)
         if f.type == "enum":
             values = [0 if v is None else f.symbols.index(v) for v in values]
+        if f.type in COLLECTIONS:
+            values = encode_collection(f, values)
         if f.type in VAR_TYPES:
             pad = b"\0" * f.size
             values = [pad if v is None else v for v in values]

@@ -15,11 +15,15 @@ from processors.core.plan import ColumnRef, Filter, QueryError
 
 
 def parse_ref(ref: object, what: str) -> ColumnRef:
-    """``"stream.field"`` as a ColumnRef."""
+    """``"stream.field"`` as a ColumnRef; split at the first dot only, so that
+    ``"r.loc.lat"`` is field ``loc.lat`` (field ``lat`` of nested record ``loc``) of stream r."""
     parts = ref.split(".") if isinstance(ref, str) else []
-    if len(parts) != 2 or not all(parts):
-        raise QueryError(f"{what}: column reference {ref!r} must look like 'stream.field'")
-    return ColumnRef(parts[0], parts[1])
+    if len(parts) < 2 or not all(parts):
+        raise QueryError(
+            f"{what}: column reference {ref!r} must look like 'stream.field' "
+            "(or 'stream.record.field' for a field of a nested record)"
+        )
+    return ColumnRef(parts[0], ".".join(parts[1:]))
 
 
 @dataclass(frozen=True)
@@ -86,5 +90,5 @@ class Col:
 
 
 def col(ref: str) -> Col:
-    """A column reference ``"stream.field"`` for filters."""
+    """A column reference ``"stream.field"`` (``"stream.record.field"``) for filters."""
     return Col(ref)

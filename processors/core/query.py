@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import numbers
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -59,6 +58,7 @@ from processors.core.validation import (
     check_topic,
     checked_filter,
     collides,
+    output_columns,
     with_null_checks,
 )
 
@@ -417,7 +417,7 @@ class Query:
             specs.append(AggregateSpec(func, ref, name))  # type: ignore[arg-type]
         return group_by, tuple(specs)
 
-    def _field(self, ref: ColumnRef, what: str) -> FieldInfo:
+    def _field(self, ref: ColumnRef, what: str, passed_through: bool = False) -> FieldInfo:
         spec = self._streams.get(ref.stream)
         if spec is None:
             known = ", ".join(self._streams)
@@ -426,6 +426,11 @@ class Query:
         if info is None:
             known = ", ".join(f.name for f in spec.fields)
             raise QueryError(f"{what}: stream {ref.stream!r} has no field {ref.field!r} ({known})")
+        if info.type in ("array", "map") and not passed_through:
+            raise QueryError(
+                f"{what}: field {ref} is an {info.type}; arrays and maps can only be passed "
+                "through (selected, or kept by a query without select())"
+            )
         return info
 
     def _checked_windows(self) -> dict[str, Window]:
@@ -477,17 +482,7 @@ class Query:
         chosen = self._select or [
             (ColumnRef(s.name, f.name), None) for s in self._streams.values() for f in s.fields
         ]
-        clashes = Counter(ref.field for ref, alias in chosen if alias is None)
-        taken: dict[str, ColumnRef] = {}
-        out: list[OutputColumn] = []
-        for ref, alias in chosen:
-            info = self._field(ref, "select()")
-            name = alias or (f"{ref.stream}_{ref.field}" if clashes[ref.field] > 1 else ref.field)
-            if name in taken:
-                raise QueryError(
-                    f"output field {name!r} would come from both {taken[name]} and {ref}: "
-                    f"name one with select(..., other_name='{ref}')"
-                )
-            taken[name] = ref
-            out.append(OutputColumn(name, ref, info.type))
-        return tuple(out)
+        derived = self._select is not None or len(self._streams) > 1
+        return output_columns(
+            chosen, lambda ref, what: self._field(ref, what, passed_through=True), derived
+        )

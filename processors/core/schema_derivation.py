@@ -24,9 +24,16 @@ from processors.core.plan import (
     StreamSpec,
 )
 
+NESTED_SEP = "."  # as topics.avro_layout.NESTED_SEP: field ``lat`` of record ``loc`` is ``loc.lat``
+
 
 def parse_fields(stream: str, schema: object) -> tuple[FieldInfo, ...]:
-    """The flat fields of an Avro record schema; anything streamon cannot hold in a column fails."""
+    """The flat fields of an Avro record schema; anything streamon cannot hold in a column fails.
+
+    A nested (non-nullable) record becomes its leaves, named and ordered as the bulk codec's
+    columns (:func:`topics.avro_layout.flat_fields`): depth first, ``loc.lat`` for field ``lat``
+    of record field ``loc``.
+    """
     if not isinstance(schema, Mapping) or schema.get("type") != "record":
         raise QueryError(f"stream {stream!r}: schema must be an Avro record schema (type 'record')")
     try:
@@ -35,23 +42,63 @@ def parse_fields(stream: str, schema: object) -> tuple[FieldInfo, ...]:
         raise QueryError(
             f"stream {stream!r}: invalid Avro schema ({type(exc).__name__}: {exc})"
         ) from exc
+    named: dict[str, Any] = {}  # named types defined by earlier fields, which later ones may name
+    _remember(named, schema, None)
+    return tuple(_record_fields(stream, schema, "", named, schema.get("namespace"), ()))
+
+
+def _remember(named: dict[str, Any], avro: Mapping[str, Any], namespace: str | None) -> None:
+    """Record (enum, record) ``avro`` under its short and full names."""
+    ns = avro.get("namespace", namespace)
+    name = str(avro["name"])
+    named[name] = named[f"{ns}.{name}" if ns and "." not in name else name] = avro
+    named.setdefault(name.rsplit(".", 1)[-1], avro)
+
+
+def _record_fields(
+    stream: str,
+    record: Mapping[str, Any],
+    prefix: str,
+    named: dict[str, Any],
+    namespace: str | None,
+    open_records: tuple[str, ...],
+) -> list[FieldInfo]:
+    """The leaves of ``record``, names prefixed by ``prefix`` (``loc.`` inside field ``loc``)."""
     fields: list[FieldInfo] = []
-    enums: dict[str, Any] = {}  # enums defined by earlier fields, which later ones may name
-    for f in schema["fields"]:
-        name, avro = f["name"], f["type"]
+    for f in record["fields"]:
+        name, avro = prefix + f["name"], f["type"]
         branch = _non_null_branch(avro)
-        info = _flat_field(stream, name, branch, enums, schema.get("namespace"))
+        resolved = named.get(branch, branch) if isinstance(branch, str) else branch
+        if _type_name(resolved) == "record":
+            if branch is not avro:
+                raise QueryError(
+                    f"stream {stream!r} field {name!r}: a nullable record is not supported; "
+                    "make the record non-nullable, or its fields nullable one by one"
+                )
+            full = str(resolved["name"])
+            if full in open_records:
+                raise QueryError(
+                    f"stream {stream!r} field {name!r}: record {full!r} contains itself"
+                )
+            ns = resolved.get("namespace", namespace)
+            _remember(named, resolved, namespace)
+            fields += _record_fields(
+                stream, resolved, name + NESTED_SEP, named, ns, (*open_records, full)
+            )
+            continue
+        info = _flat_field(name, branch, named, namespace)
         if info is None:
             kind = "a union" if isinstance(avro, list) else repr(_type_name(avro))
             if isinstance(avro, list) and branch is not None:
                 kind = f"a nullable {_type_name(branch)}"
             raise QueryError(
                 f"stream {stream!r} field {name!r}: type {kind} is not supported; fields must be "
-                "boolean, int, long, float, double, string, bytes or enum, or a union of null "
-                "and one of those (no other union, array, map, record or fixed)"
+                "boolean, int, long, float, double, string, bytes or enum, a union of null "
+                "and one of those, a (non-nullable) record of such fields, or an array or map "
+                "(passed through only); no other union, and no fixed yet"
             )
         fields.append(info if branch is avro else replace(info, nullable=True))
-    return tuple(fields)
+    return fields
 
 
 def _type_name(avro: Any) -> Any:
@@ -69,20 +116,21 @@ def _non_null_branch(avro: Any) -> Any:
 
 
 def _flat_field(
-    stream: str, name: str, avro: Any, enums: dict[str, Any], namespace: str | None
+    name: str, avro: Any, named: dict[str, Any], namespace: str | None
 ) -> FieldInfo | None:
-    """The field of one (non-union) Avro type streamon holds in a column, or None; an enum
-    defined here is remembered in ``enums`` for later fields that name it."""
+    """The field of one (non-union, non-record) Avro type streamon holds in a column, or None;
+    an enum defined here is remembered in ``named`` for later fields that name it."""
     if avro is None:
         return None
-    avro = copy.deepcopy(enums.get(avro, avro) if isinstance(avro, str) else avro)
+    avro = copy.deepcopy(named.get(avro, avro) if isinstance(avro, str) else avro)
     base = avro.get("type") if isinstance(avro, Mapping) else avro
     if isinstance(base, str) and base in PRIMITIVES:
         return FieldInfo(name, base, avro)
     if base == "enum":
-        ns = avro.get("namespace", namespace)
-        enums[avro["name"]] = enums[f"{ns}.{avro['name']}" if ns else avro["name"]] = avro
+        _remember(named, avro, namespace)
         return FieldInfo(name, "enum", avro, tuple(avro["symbols"]))
+    if base in ("array", "map"):  # passed through as its Avro encoding, never looked into
+        return FieldInfo(name, base, avro)
     return None
 
 
@@ -176,4 +224,37 @@ def aggregate_schema(
         for ref, info in group_by
     ]
     fields += [_field(a.name, aggregate_avro(a.func, info)) for a, info in aggregates]
-    return _result_record(name, fields)
+    if not any(NESTED_SEP in f["name"] for f in fields):
+        return _result_record(name, fields)
+    schema = _result_record(name, [])
+    schema["fields"] = _nested(fields, schema["name"])
+    try:
+        fastavro.parse_schema(copy.deepcopy(schema))
+    except Exception as exc:  # fastavro raises several types for bad schemas
+        raise QueryError(f"result schema of query {name!r} is invalid: {exc}") from exc
+    return schema
+
+
+def _nested(fields: list[dict[str, Any]], record: str) -> list[dict[str, Any]]:
+    """Fields with dotted names (a GROUP BY on a nested field) as nested records again, so
+    that the sink's encoder reads the grouping column ``loc.lat`` as field ``lat`` of ``loc``.
+    """
+    out: list[dict[str, Any]] = []
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for f in fields:
+        head, dot, rest = f["name"].partition(NESTED_SEP)
+        if not dot:
+            if f["name"] in groups or any(g["name"] == f["name"] for g in out):
+                raise QueryError(f"result field {f['name']!r} is given twice")
+            out.append(f)
+            continue
+        if head not in groups:
+            if any(g["name"] == head for g in out):
+                raise QueryError(f"result field {head!r} is given twice")
+            groups[head] = []
+            out.append({"name": head, "type": {"type": "record", "name": f"{record}_{head}"}})
+        groups[head].append({**f, "name": rest})
+    for f in out:
+        if isinstance(f["type"], dict) and f["name"] in groups and "fields" not in f["type"]:
+            f["type"]["fields"] = _nested(groups[f["name"]], f["type"]["name"])
+    return out

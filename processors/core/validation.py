@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ from processors.core.plan import (
     FieldInfo,
     Filter,
     JoinPredicate,
+    OutputColumn,
     QueryError,
     null_check,
 )
@@ -215,3 +217,38 @@ def check_joins(
         listed = " | ".join("{" + ", ".join(g) + "}" for g in groups)
         raise QueryError(f"streams not connected by joins: {listed}")
     return tuple(joins)
+
+
+def output_columns(
+    chosen: Iterable[tuple[ColumnRef, str | None]],
+    field: Callable[[ColumnRef, str], FieldInfo],
+    derived: bool,
+) -> tuple[OutputColumn, ...]:
+    """The result fields of ``chosen`` columns (with their select() names, if any).
+
+    Where the result schema is derived (select(), or several streams) a nested field's default
+    name has underscores for dots, ``loc_lat`` (an Avro name has no dots); a name taken by
+    several streams becomes ``stream_field``. Otherwise the result is the input record, whose
+    columns keep their dotted names for the sink's encoder.
+    """
+    chosen = list(chosen)
+
+    def base(ref: ColumnRef) -> str:
+        return ref.field.replace(".", "_") if derived else ref.field
+
+    clashes = Counter(base(ref) for ref, alias in chosen if alias is None)
+    taken: dict[str, ColumnRef] = {}
+    out: list[OutputColumn] = []
+    for ref, alias in chosen:
+        info = field(ref, "select()")
+        name = alias or base(ref)
+        if alias is None and clashes[name] > 1:
+            name = f"{ref.stream}_{name}"
+        if name in taken:
+            raise QueryError(
+                f"output field {name!r} would come from both {taken[name]} and {ref}: "
+                f"name one with select(..., other_name='{ref}')"
+            )
+        taken[name] = ref
+        out.append(OutputColumn(name, ref, info.type))
+    return tuple(out)

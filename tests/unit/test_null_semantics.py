@@ -420,10 +420,12 @@ def test_nullable_fields_in_the_builder() -> None:
                 schema={
                     "type": "record",
                     "name": "U",
-                    "fields": [{"name": "u", "type": ["null", {"type": "array", "items": "int"}]}],
+                    "fields": [
+                        {"name": "u", "type": ["null", {"type": "fixed", "name": "F", "size": 2}]}
+                    ],  # fmt: skip
                 },
             ),
-            "field 'u': type a nullable array is not supported",
+            "field 'u': type a nullable fixed is not supported",
         ),
     ],
 )

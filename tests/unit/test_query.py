@@ -213,7 +213,7 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         lambda: stream_with(bad_schema(["null", "string", "int"])),
         "field 'note': type a union",
     ),
-    ("array", lambda: stream_with(bad_schema({"type": "array", "items": "int"})), "'array'"),
+    ("fixed", lambda: stream_with(bad_schema({"type": "fixed", "name": "F", "size": 1})), "fixed"),
     ("key missing", lambda: readings(key="nope"), "stream 'r': key field 'nope' not in schema"),
     (
         "key type",
