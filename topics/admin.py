@@ -183,6 +183,20 @@ def ensure_topics(
         time.sleep(0.05)
 
 
+def partition_counts(
+    bootstrap: str,
+    topics: Iterable[str],
+    timeout: float = 30.0,
+    *,
+    security: KafkaSecurity | None = None,
+) -> dict[str, int]:
+    """How many partitions each existing topic of ``topics`` has (missing ones left out)."""
+    deadline = time.monotonic() + timeout
+    admin = _admin(bootstrap, security)
+    return {n: c for n, c in _ready_counts(_metadata(admin, deadline, bootstrap), topics).items()
+            if c > 0}  # fmt: skip
+
+
 def _watermarks(
     bootstrap: str, topic: str, timeout: float, extra: Mapping[str, str] | None = None
 ) -> dict[int, tuple[int, int]]:

@@ -130,6 +130,12 @@ class Batch:
         return len(self.sign)
 
     @classmethod
+    def empty_marker(cls, meta: dict[str, str]) -> Batch:
+        """A batch of no tuples and no columns that only carries ``meta`` (event-time progress
+        between agents)."""
+        return cls({}, np.zeros(0, np.int8), np.zeros(0, np.int64), None, dict(meta))
+
+    @classmethod
     def inserts(
         cls,
         columns: dict[str, Column],

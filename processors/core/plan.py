@@ -242,6 +242,9 @@ class LogicalPlan:
     group_by: tuple[ColumnRef, ...] = ()
     aggregates: tuple[AggregateSpec, ...] = ()
     lateness_ms: int = 0  # bounded lateness of the window stages (out-of-order event time)
+    #: an input partition read to its end that got nothing for this long stops holding
+    #: windows, joins and aggregates back (docs/windows-and-joins.md)
+    idle_timeout_ms: int = 3_000
     # stages after the filters of a single stream (synthetic or of a registered kind)
     operators: tuple[SyntheticOperator | OperatorNode, ...] = ()
     # how the worker's arbiter shares the processor among the agents (Query.schedule)
@@ -317,6 +320,7 @@ class LogicalPlan:
             "group_by": [str(c) for c in self.group_by],
             "aggregates": [str(a) for a in self.aggregates],
             "lateness_ms": self.lateness_ms,
+            "idle_timeout_ms": self.idle_timeout_ms,
             "operators": [str(o) for o in self.operators],
             "scheduling": self.scheduling_config.to_json(),
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],

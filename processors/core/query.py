@@ -84,6 +84,7 @@ class Query:
         self._group_by: tuple[ColumnRef, ...] | None = None
         self._aggregates: list[tuple[str, str, ColumnRef | None]] = []
         self._lateness_ms = 0
+        self._idle_timeout_ms = 3_000
         self._operators: list[SyntheticOperator | OperatorNode] = []
         self._scheduling: SchedulingConfig | None = None
 
@@ -223,6 +224,14 @@ class Query:
         self._lateness_ms = ms
         return self
 
+    def idle_timeout(self, ms: int) -> Query:
+        """How long an input partition that has been read to its end may stay quiet before
+        windows and joins stop waiting for it (default 3,000 ms)."""
+        if not isinstance(ms, int) or isinstance(ms, bool) or ms < 1:
+            raise QueryError(f"idle_timeout(): must be a positive int of ms, got {ms!r}")
+        self._idle_timeout_ms = ms
+        return self
+
     def into(self, topic: str, *, partitions: int | None = None) -> Query:
         """The result topic (one Avro record per message)."""
         if self._result is not None:
@@ -356,6 +365,7 @@ class Query:
             group_by=group_by,
             aggregates=aggregates,
             lateness_ms=self._lateness_ms,
+            idle_timeout_ms=self._idle_timeout_ms,
             operators=operators,
             scheduling=self._scheduling,
         )

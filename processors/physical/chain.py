@@ -11,6 +11,7 @@ from processors.core.state_codec import SnapshotError, decode_state, encode_stat
 from processors.stages.base import Stage
 
 CHAIN_SNAPSHOT_VERSION = 1
+NO_TS = -(2**63)
 
 
 class StageChain:
@@ -22,11 +23,34 @@ class StageChain:
         self.step = step
         self.stages = list(stages)
         self.stream = stream
+        self._told_wm = NO_TS  # event-time progress last told downstream (not state: resent)
+        self._told_idle = False
+        self._idle_in = False  # the last input was an idle mark
 
     def push(self, stream: str, batch: Batch) -> list[Batch]:
-        """One input batch of ``stream``; the batches the chain outputs."""
+        """One input batch of ``stream``; the batches the chain outputs (then what the event
+        time it brought makes due further on)."""
         batch.meta["stream"] = stream
-        return self._label(self._run(0, [batch]))
+        self._idle_in = not len(batch) and "idle" in batch.meta
+        return self._label(self._run(0, [batch]) + self._advance())
+
+    def _advance(self) -> list[Batch]:
+        """Event time after the merge, stage by stage: what each stage's ``advance`` makes
+        due, through the stages after it."""
+        if not self._merges() or not self.stages[0].drives_time:  # type: ignore[attr-defined]
+            return []
+        mark = self.stages[0].progress(NO_TS)
+        out: list[Batch] = []
+        for i, stage in enumerate(self.stages[1:], start=1):
+            if mark == NO_TS:
+                break
+            out += self._run(i + 1, [b for b in stage.advance(mark) if len(b)])
+            mark = stage.progress(mark)
+        return out
+
+    def _merges(self) -> bool:
+        """Whether the chain starts with the event-time merge (a stream's chain)."""
+        return bool(self.stages) and hasattr(self.stages[0], "all_idle")
 
     def flush(self) -> list[Batch]:
         """End of input: each stage's held-back output, through the stages after it."""
@@ -45,6 +69,38 @@ class StageChain:
             for b in batches:
                 b.meta["stream"] = self.stream
         return batches
+
+    def progress(self) -> int | None:
+        """The least event time a later output of a stream's chain can have (None: a chain
+        that does not start with the event-time merge, so knows nothing of event time)."""
+        if not self._merges():
+            return None
+        mark = NO_TS
+        for stage in self.stages:
+            mark = stage.progress(mark)
+        return None if mark == NO_TS else mark
+
+    def idle(self) -> bool:
+        """Every input partition feeding this chain went quiet and it holds nothing back."""
+        return self._merges() and bool(self.stages[0].all_idle())  # type: ignore[attr-defined]
+
+    def progress_news(self, outputs: list[Batch]) -> Batch | None:
+        """After a push that output ``outputs``: a marker for the step downstream (an MJoin)
+        when there is event-time news: an idle mark when all inputs went quiet (again with
+        each idle mark that comes in while they stay so), else a watermark that moved past
+        what the outputs themselves show. None: nothing new."""
+        if self.idle():
+            if self._told_idle and not self._idle_in:  # each idle mark is passed on
+                return None
+            self._told_idle = True
+            return Batch.empty_marker({"idle": "1"})
+        self._told_idle = False
+        wm = self.progress()
+        shown = int(outputs[-1].ts[-1]) if outputs and len(outputs[-1]) else None
+        if wm is None or wm <= self._told_wm or (shown is not None and shown >= wm):
+            return None
+        self._told_wm = wm
+        return Batch.empty_marker({"wm": str(wm)})
 
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         return [dead for stage in self.stages for dead in stage.take_dead_letters()]

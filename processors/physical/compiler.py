@@ -15,6 +15,7 @@ from processors.core.partitioning import partitioning
 from processors.core.plan import LogicalPlan, OperatorNode
 from processors.physical.kinds import check_operator
 from processors.physical.steps import (
+    IngestRoute,
     PhysicalPlan,
     StageNode,
     Step,
@@ -72,13 +73,13 @@ def _simple(plan: LogicalPlan) -> PhysicalPlan:
         state = state_topic(plan.name)
         specs.append(TopicSpec(state, 1, compacted=True))
     return PhysicalPlan(
-        plan.name, {stream.name: ingest}, {stream.name: None}, steps, out, specs,
-        state_topic=state,
+        plan.name, {stream.name: ingest}, {stream.name: IngestRoute(partitions)}, steps, out,
+        specs, state_topic=state,
     )  # fmt: skip
 
 
 def _stream_nodes(plan: LogicalPlan, stream: str, finish: bool) -> tuple[StageNode, ...]:
-    nodes = []
+    nodes = [StageNode("merge", stream)]
     if plan.filters_on(stream, "below_window"):
         nodes.append(StageNode("filter", stream, "below_window"))
     if stream in plan.windows:
@@ -96,7 +97,7 @@ def _general(plan: LogicalPlan) -> PhysicalPlan:
     part = partitioning(plan)
     specs = [TopicSpec(s.topic, s.partitions or 1) for s in plan.streams]
     ingest: dict[str, str] = {}
-    ingest_partition: dict[str, int | None] = {}
+    routes: dict[str, IngestRoute] = {}
     steps: list[Step] = []
     multi = len(plan.streams) > 1
     out = internal_topic(plan.name, "out")
@@ -107,7 +108,7 @@ def _general(plan: LogicalPlan) -> PhysicalPlan:
         topic = internal_topic(plan.name, f"ingest.{s.name}")
         ingest[s.name] = topic
         p = part.streams[s.name]
-        ingest_partition[s.name] = None if p == (s.partitions or 1) else 0
+        routes[s.name] = IngestRoute(p, part.routes[s.name], progress=True)
         specs.append(TopicSpec(topic, p))
         target = f"{after_streams}.{s.name}" if multi else after_streams
         finish = not multi and not plan.aggregates
@@ -116,6 +117,7 @@ def _general(plan: LogicalPlan) -> PhysicalPlan:
                 f"stream.{s.name}", "stream", {topic: s.name}, target,
                 part.join if multi else after_partitions,
                 _stream_nodes(plan, s.name, finish), True, stream=s.name, finish=finish,
+                progress=multi,
             )
         )  # fmt: skip
         if multi:
@@ -143,6 +145,6 @@ def _general(plan: LogicalPlan) -> PhysicalPlan:
         TopicSpec(state_topic(plan.name), 1, compacted=True),
     ]
     return PhysicalPlan(
-        plan.name, ingest, ingest_partition, steps, out, specs, part.to_json(),
+        plan.name, ingest, routes, steps, out, specs, part.to_json(),
         state_topic=state_topic(plan.name),
     )  # fmt: skip

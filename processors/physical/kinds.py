@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from processors.core.partitioning import partitioning
 from processors.core.plan import LogicalPlan, OperatorNode, QueryError
 from processors.core.predicates import plan_predicates
 from processors.physical.steps import StageNode
 from processors.stages.aggregate_stage import Aggregate, AggregateStage
 from processors.stages.base import PassThroughStage, Stage
 from processors.stages.filter_stage import FilterStage
+from processors.stages.merge_stage import MergeStage
 from processors.stages.mjoin_stage import MJoinStage
 from processors.stages.shape_stages import ProjectStage, RowIdsStage, joined_name
 from processors.stages.synthetic_stage import SyntheticStage
@@ -50,6 +52,15 @@ def _filter(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     else:
         label = f"filter.{node.stream}"
     return FilterStage(predicates, config, name=f"{label}[{partition}]")
+
+
+def _merge(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
+    assert node.stream is not None
+    part = partitioning(plan)
+    sources = part.sources(node.stream)
+    routed = part.routes[node.stream] is not None and part.streams[node.stream] > 1
+    name = f"merge.{node.stream}[{partition}]"
+    return MergeStage(sources, plan.lateness_ms, name, drives_time=routed or sources > 1)
 
 
 def _window(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
@@ -102,6 +113,7 @@ def _passthrough(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
 
 
 STAGE_KINDS: dict[str, StageKind] = {
+    "merge": StageKind(_merge, stateful=True),
     "filter": StageKind(_filter),
     "window": StageKind(_window, stateful=True),
     "row_ids": StageKind(_row_ids, stateful=True),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from processors.core.batch import Batch
+from processors.core.partitioning import single_partition
 from processors.core.plan import LogicalPlan
 from processors.physical.build import chain_factory
 from processors.physical.chain import StageChain
@@ -20,9 +21,11 @@ class QueryRunner:
 
     def __init__(self, plan: LogicalPlan, partition: int = 0) -> None:
         self.plan = plan
-        self.physical = compile_plan(plan)
+        # one partition fed by one input partition: every event-time merge forwards as it is
+        single = single_partition(plan)
+        self.physical = compile_plan(single)
         self.chains: dict[str, StageChain] = {
-            step.name: chain_factory(plan, step)(partition) for step in self.physical.steps
+            step.name: chain_factory(single, step)(partition) for step in self.physical.steps
         }
 
     def push(self, stream: str, batch: Batch) -> list[Batch]:

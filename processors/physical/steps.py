@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from processors.core.batch import Batch
+from processors.kernels.routing import route, split_by_partition
 from topics.specs import TopicSpec
 
 #: the agent that writes result records (the last hop of every path)
@@ -55,11 +57,48 @@ class Step:
     bulk: bool = True
     stream: str | None = None
     finish: bool = False  # ends with the projection to the result fields
+    #: sends its event-time progress (watermarks, idle marks) to the step after it (an MJoin)
+    progress: bool = False
 
     @property
     def in_topic(self) -> str:
         """The (first) input topic."""
         return next(iter(self.in_topics))
+
+
+@dataclass(frozen=True)
+class IngestRoute:
+    """Where a stream's ingest agent writes each decoded record.
+
+    ``by`` set: the partition streamon's hash of those fields picks
+    (:mod:`processors.kernels.routing`); unset: the record's own input partition, or 0 when
+    the envelope topic has one partition. With ``progress``, every envelope names its input
+    partition and that partition's watermark, and ingest also sends watermarks and idle marks
+    on their own (the event-time merge of :mod:`processors.stages.merge_stage` needs them)."""
+
+    partitions: int  # of the envelope topic
+    by: tuple[str, ...] | None = None
+    progress: bool = False
+
+    def target(self, partition: int) -> int:
+        """The envelope partition of a record of input ``partition`` (without ``by``)."""
+        return partition if self.partitions > 1 else 0
+
+    def split(self, batches: list[Batch], partition: int) -> list[tuple[int, Batch]]:
+        """(envelope partition, rows) of ``batches`` read from input ``partition``; each
+        part keeps its rows' order."""
+        out: list[tuple[int, Batch]] = []
+        for batch in batches:
+            if self.by is None or self.partitions == 1:
+                out.append((self.target(partition), batch))
+                continue
+            parts = route([batch.columns[f] for f in self.by], len(batch), self.partitions)
+            for q, rows in enumerate(split_by_partition(parts, self.partitions)):
+                if len(rows) == len(batch):
+                    out.append((q, batch))
+                elif len(rows):
+                    out.append((q, batch.take(rows)))
+        return out
 
 
 @dataclass
@@ -68,8 +107,7 @@ class PhysicalPlan:
 
     query: str
     ingest_topics: dict[str, str]  # stream -> envelope topic its ingest agent writes
-    #: stream -> partition its ingest writes every batch to (None: the record's own partition)
-    ingest_partition: dict[str, int | None]
+    ingest_routes: dict[str, IngestRoute]  # stream -> where its ingest writes
     steps: list[Step]
     sink_topic: str
     specs: list[TopicSpec]

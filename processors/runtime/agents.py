@@ -1,8 +1,8 @@
-"""The Faust agents at a query's edges: ingest and sink (stage agents: stage_agent.py and
-stateful.py).
+"""The sink agent and the stock envelope agent (ingest: ingest.py; stage agents:
+stage_agent.py and stateful.py).
 
-- ingest: external topic (one Avro record per message, delivered in bulk as RecordBlocks) ->
-  bulk Avro decode -> batch envelopes on an internal topic, same partition;
+- ingest (ingest.py): external topic (one Avro record per message, delivered in bulk as
+  RecordBlocks) -> bulk Avro decode -> batch envelopes on an internal topic, routed;
 - stage: envelope topic -> ``Stage.process`` (one stage instance per partition) -> envelopes;
   either one event per envelope, or (``bulk=True``) one event per fetched run of envelopes,
   decoded and concatenated into batches of up to ``max_batch_tuples`` before ``process``, so
@@ -28,141 +28,21 @@ from typing import Any
 import numpy as np
 from faust.types import TP
 
-from processors.core.batch import Batch, VarColumn
+from processors.core.batch import Batch
 from processors.runtime.context import (
     AgentContext,
     Cursor,
     Written,
     arrival_s,
-    block_dead_letter,
     fatal,
     guard_agent,
 )
-from processors.runtime.faust_bulk import BulkApp, RecordBlock
+from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.stats import AgentStats
 from topics.columnar import RecordCodec
 from topics.envelope import decode_batch
 
 log = logging.getLogger(__name__)
-
-
-def _key_column(keys: list[bytes]) -> VarColumn:
-    """Kafka keys as a binary column."""
-    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
-    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return VarColumn(offsets, np.frombuffer(b"".join(keys), dtype=np.uint8), utf8=False)
-
-
-def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
-    """``batch`` with the Kafka keys of its tuples, in order.
-
-    A batch's key column is all or nothing, so a run of records without keys becomes a batch of
-    its own: keyed records keep their keys and unkeyed ones stay unkeyed.
-    """
-    present = np.fromiter((k is not None for k in keys), dtype=np.bool_, count=len(keys))
-    if not len(keys) or not present.any():
-        return [batch]
-    bounds = [0, *(np.flatnonzero(np.diff(present.view(np.int8))) + 1).tolist(), len(keys)]
-    parts = []
-    for start, stop in zip(bounds, bounds[1:], strict=False):
-        part = batch if (start, stop) == (0, len(keys)) else batch.slice(start, stop)
-        if present[start]:
-            part.key = _key_column(keys[start:stop])  # type: ignore[arg-type]
-        parts.append(part)
-    return parts
-
-
-def _block_to_batches(
-    ctx: AgentContext,
-    name: str,
-    block: RecordBlock,
-    packed: tuple[np.ndarray, np.ndarray],
-    codec: RecordCodec,
-    ts_field: str | None,
-) -> list[Batch]:
-    """Bulk-decode a block's packed values; undecodable records become dead letters."""
-    result = codec.decode_many(*packed)
-    for index, reason in result.errors:
-        block_dead_letter(ctx, name, block, index, reason)
-    good = result.good
-    if ts_field is not None:
-        ts = np.asarray(result.columns[ts_field], dtype=np.int64)
-    else:
-        ts = np.asarray(block.timestamps, dtype=np.int64)[good]
-    batch = Batch(result.columns, np.ones(len(good), np.int8), ts)
-    return with_keys(batch, [block.keys[i] for i in good.tolist()])
-
-
-def _one_by_one(
-    ctx: AgentContext, name: str, block: RecordBlock, codec: RecordCodec, ts_field: str | None
-) -> list[Batch]:
-    """A block whose bulk decode raised, decoded record by record: each record that still
-    fails becomes a dead letter of its own, the others go on."""
-    out: list[Batch] = []
-    for i in range(len(block)):
-        one = RecordBlock(block.topic, block.partition, block.offsets[i : i + 1],
-                          block.timestamps[i : i + 1], block.keys[i : i + 1],
-                          block.values[i : i + 1])  # fmt: skip
-        try:
-            out.extend(_block_to_batches(ctx, name, one, one.packed_values(), codec, ts_field))
-        except Exception as exc:
-            block_dead_letter(ctx, name, block, i, f"ingest failed: {exc!r}")
-    return out
-
-
-def add_ingest_agent(
-    ctx: AgentContext,
-    *,
-    name: str,
-    source_topic: str,
-    codec: RecordCodec,
-    timestamp_field: str | None,
-    out_topic: str,
-    out_partition: int | None = None,
-) -> AgentStats:
-    """External records -> envelopes, partition by partition (or all to ``out_partition``)."""
-    source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
-    stats = ctx.board.agent(name, "ingest")
-    stats.topic = source_topic
-    stats.out_topic = out_topic
-
-    def ingest_unit(block: RecordBlock, arrival_ms: int | None) -> None:
-        started = time.perf_counter_ns()
-        dead_before = ctx.dead_letters.count
-        packed = block.packed_values()
-        try:
-            batches = _block_to_batches(ctx, name, block, packed, codec, timestamp_field)
-        except Exception as exc:  # a bug or input nobody foresaw: record by record now
-            log.exception("ingest %s failed on a block of %d records (%r); record by record now",
-                          name, len(block), exc)  # fmt: skip
-            batches = _one_by_one(ctx, name, block, codec, timestamp_field)
-        target = block.partition if out_partition is None else out_partition
-        written = 0
-        for batch in batches:
-            if len(batch):
-                written += ctx.send_envelopes(name, out_topic, batch, target, arrival_ms)
-        stats.dead_letters += ctx.dead_letters.count - dead_before
-        n_out = sum(len(batch) for batch in batches)
-        nbytes = int(packed[1][-1])
-        elapsed = time.perf_counter_ns() - started
-        stats.record(len(block), n_out, elapsed, len(block), nbytes, written)
-        stats.positions[block.partition] = block.offsets[-1] + 1
-
-    async def ingest(blocks: Any, cursor: Cursor) -> None:
-        async for block in blocks:
-            if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
-                fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            for unit in block.split(ctx.turn_tuples(stats)):
-                if not len(unit):
-                    continue
-                cursor.at(unit.topic, unit.partition, unit.offsets[0], unit.offsets[-1])
-                arrival = unit.arrival_ms()
-                async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit)):
-                    ingest_unit(unit, arrival)
-
-    ctx.app.agent(source, name=name)(guard_agent(name, ingest))
-    return stats
 
 
 def add_sink_agent(

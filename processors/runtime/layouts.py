@@ -20,6 +20,7 @@ import logging
 import numpy as np
 
 from processors.core.batch import Batch, Column, VarColumn, null_column
+from processors.core.partitioning import single_partition
 from processors.core.plan import LogicalPlan, StreamSpec
 from processors.physical.build import chain_factory
 from processors.physical.compiler import compile_plan
@@ -94,7 +95,8 @@ def _stream_probe(spec: StreamSpec) -> Batch:
 
 
 def _probe(plan: LogicalPlan, physical: PhysicalPlan) -> dict[str, Layout]:
-    chains = {s.name: chain_factory(plan, _probe_step(s))(0) for s in physical.steps}
+    single = single_partition(plan)  # one record, one source: the merges forward it
+    chains = {s.name: chain_factory(single, _probe_step(s))(0) for s in physical.steps}
     seen: dict[str, Layout] = {}
 
     def write(topic: str, batches: list[Batch]) -> None:

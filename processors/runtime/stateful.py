@@ -52,13 +52,16 @@ def add_stateful_agent(
     snapshots: StateSnapshots,
     reset_state: bool = False,
     layouts: Mapping[str, Layout] | None = None,
+    progress: bool = False,
 ) -> AgentStats:
     """``in_topics`` maps each input topic to the stream its batches belong to. With
     ``reset_state``, a partition whose snapshot cannot be restored starts empty (logged)
     instead of stopping the worker. ``layouts`` (from
     :func:`processors.runtime.layouts.expected_layouts`) gives the columns each input topic's
     envelopes must have: any other envelope is a dead letter naming the columns, before it
-    reaches (and poisons) the state."""
+    reaches (and poisons) the state. With ``progress``, the agent also tells the step after
+    it how far event time has come on each partition (watermarks, idle marks), which the MJoin
+    needs to release deltas when an input has nothing for a partition."""
     expected = dict(layouts or {})
     units = PartitionUnits(name, in_topics, make_chain, snapshots, reset_state)
     stats = ctx.board.agent(name, name, plan=units.plan)
@@ -68,6 +71,13 @@ def add_stateful_agent(
     def emit(outputs: list[Batch], partition: int, arrival_ms: int | None) -> tuple[int, int]:
         target = partition if out_partitions > 1 else 0
         return ctx.emit(name, out_topic, outputs, target, arrival_ms)
+
+    def tell_progress(part: Held, outputs: list[Batch], partition: int) -> int:
+        """Event-time news for the next step (a watermark or an idle mark); bytes written."""
+        mark = part.unit.progress_news(outputs)
+        if mark is None:
+            return 0
+        return ctx.send_envelopes(name, out_topic, mark, partition if out_partitions > 1 else 0)
 
     def stage_dead_letters(part: Held, block: RecordBlock) -> None:
         for batch, reason in part.unit.take_dead_letters():
@@ -103,7 +113,8 @@ def add_stateful_agent(
                 stats.dead_letters += 1
                 continue
             layout = expected.get(block.topic)
-            wrong = None if layout is None else mismatch(layout, layout_of(batch))
+            # an envelope without tuples (event-time progress) cannot pin or poison a state
+            wrong = None if layout is None or not len(batch) else mismatch(layout, layout_of(batch))
             if wrong is not None:  # refused before the chain sees it: the state stays clean
                 reason = f"stage {name}: envelope of {block.topic} has {wrong}"
                 log.warning("%s: %s[%d]@%d refused: %s", name, block.topic, block.partition,
@@ -122,7 +133,10 @@ def add_stateful_agent(
             except Exception as exc:  # a bug: the state may be half changed
                 fatal(name, exc)
             n_in += len(batch)
+            outputs = [o for o in outputs if len(o)]
             out_tuples, out_bytes = emit(outputs, block.partition, block.arrival_ms(start, index))
+            if progress:
+                out_bytes += tell_progress(part, outputs, block.partition)
             n_out += out_tuples
             written += out_bytes
         part.positions[block.topic] = block.offsets[index - 1] + 1

@@ -20,16 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from processors.core.batch import Batch
+from processors.core.partitioning import with_input_partitions
 from processors.core.plan import LogicalPlan
 from processors.physical.build import chain_factory, stage_factory
 from processors.physical.compiler import compile_plan
 from processors.physical.steps import SINK_AGENT, PhysicalPlan
-from processors.runtime.agents import add_ingest_agent, add_sink_agent, backlog_of
+from processors.runtime.agents import add_sink_agent, backlog_of
 from processors.runtime.arbiter import Arbiter
 from processors.runtime.context import AgentContext
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import BulkApp
+from processors.runtime.ingest import add_ingest_agent
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
 from processors.runtime.layouts import expected_layouts
 from processors.runtime.producer import RecordProducer
@@ -164,7 +166,8 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             codec=codec,
             timestamp_field=stream.timestamp,
             out_topic=pipeline.ingest_topics[stream.name],
-            out_partition=pipeline.ingest_partition.get(stream.name),
+            route=pipeline.ingest_routes[stream.name],
+            idle_timeout_ms=plan.idle_timeout_ms,
         )
     snapshots = None
     if pipeline.state_topic is not None:
@@ -183,6 +186,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
                 snapshots=snapshots,
                 reset_state=options.reset_state,
                 layouts=layouts,
+                progress=step.progress,
             )
         else:
             add_stage_agent(
@@ -273,6 +277,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _resolved(plan: LogicalPlan, options: WorkerOptions) -> LogicalPlan:
+    """``plan`` with its input topics made (as declared) and their real partition counts."""
+    from topics.admin import ensure_topics, partition_counts
+
+    inputs = [TopicSpec(s.topic, s.partitions or 1) for s in plan.streams]
+    ensure_topics(options.bootstrap, inputs, security=options.kafka)
+    counts = partition_counts(options.bootstrap, [s.topic for s in plan.streams],
+                              security=options.kafka)  # fmt: skip
+    resolved = with_input_partitions(plan, counts)
+    for old, new in zip(plan.streams, resolved.streams, strict=True):
+        if old.partitions != new.partitions:
+            log.info("stream %s: topic %s has %d partitions", new.name, new.topic, new.partitions)
+    return resolved
+
+
 def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info") -> None:
     """Create the plan's topics, then run its agents until SIGTERM/SIGINT (graceful stop)."""
     import faust
@@ -283,6 +302,7 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     mode.loop.use("uvloop")
     if options.web_port == 0:
         options.web_port = free_port()
+    plan = _resolved(plan, options)
     ensure_topics(options.bootstrap, topic_specs(compile_plan(plan)), security=options.kafka)
     app, producer = build_app(plan, options)
     info = options.state_dir / "workers" / f"{options.worker_id}.json"

@@ -33,6 +33,16 @@ class Stage(Protocol):
         pending deltas)."""
         ...
 
+    def advance(self, watermark: int) -> list[Batch]:
+        """No later input is below ``watermark``: the output that makes due (a RANGE
+        window's expiries)."""
+        ...
+
+    def progress(self, upstream: int) -> int:
+        """The least event time a later output can have, given that no later input is below
+        ``upstream`` (event-time progress sent downstream: ``docs/windows-and-joins.md``)."""
+        ...
+
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         """Input the stage refused since the last call, with the reason (then forgotten)."""
         ...
@@ -61,6 +71,14 @@ class StageBase:
 
     def flush(self) -> list[Batch]:
         return []
+
+    def advance(self, watermark: int) -> list[Batch]:
+        return []
+
+    def progress(self, upstream: int) -> int:
+        """The least event time a later output can have, given that no later input is below
+        ``upstream`` (a stage that holds tuples back lowers it; most pass it on)."""
+        return upstream
 
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         return []

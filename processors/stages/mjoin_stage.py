@@ -109,6 +109,7 @@ class MJoinStage(StageBase):
         self._rng_state = np.array([self.config.seed * 0x9E3779B97F4A7C15 % 2**64 + 1], np.uint64)
         self._buffers: list[list[Batch]] = [[] for _ in range(self.n)]
         self._shown = [np.iinfo(np.int64).min] * self.n  # largest timestamp pushed per input
+        self._idle = [False] * self.n  # inputs whose sources went quiet: not waited for
         self._next_gen = 1
         self._columns: list[list[str] | None] = [None] * self.n
         self.dead_letters: list[tuple[Batch, str]] = []
@@ -134,7 +135,7 @@ class MJoinStage(StageBase):
         if ROW_ID not in batch.columns:
             raise ValueError(f"{self.name}: input {self.names[i]} has no {ROW_ID} column")
         ts = batch.ts
-        if ts[0] < self._shown[i] or (len(ts) > 1 and bool((np.diff(ts) < 0).any())):
+        if len(ts) > 1 and bool((np.diff(ts) < 0).any()):
             raise ValueError(
                 f"{self.name}: input {self.names[i]} goes back in time (deltas must come in "
                 "timestamp order per input)"
@@ -149,6 +150,17 @@ class MJoinStage(StageBase):
             self.stores[i].declare_columns(batch)
         elif cols != self._columns[i]:
             raise ValueError(f"{self.name}: input {self.names[i]} changed its columns to {cols}")
+        behind = int(np.searchsorted(ts, self._shown[i], side="left"))
+        if behind:  # replayed after a crash, or late after an idle spell: not joined again
+            self.dead_letters.append(
+                (batch.slice(0, behind), f"{self.name}: deltas of {self.names[i]} at ts "
+                 f"{int(ts[0])}..{int(ts[behind - 1])}, below the {self._shown[i]} it already "
+                 "showed (replayed after a restart, or late)")
+            )  # fmt: skip
+            if behind == len(batch):
+                return
+            batch = batch.slice(behind, len(batch))
+            ts = batch.ts
         self._buffers[i].append(batch)
         self._shown[i] = int(ts[-1])
         self.deltas_in[i] += len(batch)
@@ -158,8 +170,25 @@ class MJoinStage(StageBase):
         self._shown[i] = max(self._shown[i], int(ts))
 
     def process(self, batch: Batch) -> list[Batch]:
-        """Stage contract: the input is named by ``batch.meta['stream']``."""
-        self.push(self.input_index(batch.meta.get("stream", "")), batch)
+        """Stage contract: the input is named by ``batch.meta['stream']``. An empty batch is
+        that input's progress: ``meta['wm']`` (no later delta is older) or ``meta['idle']``
+        (its sources went quiet: do not wait for it until it sends again). An input back from
+        idle makes every input count again until its next idle mark, as in the merge
+        (:mod:`processors.stages.merge_stage`)."""
+        i = self.input_index(batch.meta.get("stream", ""))
+        idle = not len(batch) and "idle" in batch.meta
+        if not idle and self._idle[i]:  # back from idle: wait for every input again
+            log.info("%s: input %s is back: waiting for every input again", self.name,
+                     self.names[i])  # fmt: skip
+            self._idle = [False] * self.n
+        elif idle and not self._idle[i]:
+            log.info("%s: input %s is idle: not waited for until it sends again", self.name,
+                     self.names[i])  # fmt: skip
+        self._idle[i] = idle
+        if len(batch):
+            self.push(i, batch)
+        elif "wm" in batch.meta:
+            self.advance(i, int(batch.meta["wm"]))
         return self.release()
 
     def flush(self) -> list[Batch]:
@@ -169,7 +198,8 @@ class MJoinStage(StageBase):
     # -- epochs -------------------------------------------------------------------------------
     def release(self, final: bool = False) -> list[Batch]:
         """Join every buffered delta that no input can still precede."""
-        low = None if final else min(self._shown)
+        waited = [shown for shown, idle in zip(self._shown, self._idle, strict=True) if not idle]
+        low = None if final or not waited else min(waited)
         parts: list[Batch | None] = []
         for i in range(self.n):
             parts.append(self._take_released(i, low))
@@ -447,4 +477,5 @@ class MJoinStage(StageBase):
                 for i in range(self.n)
             },
             "buffered": sum(len(b) for bs in self._buffers for b in bs),
+            "idle_inputs": [n for n, idle in zip(self.names, self._idle, strict=True) if idle],
         }

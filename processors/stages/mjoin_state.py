@@ -77,6 +77,7 @@ def mjoin_state(stage: MJoinStage) -> dict[str, Any]:
         "stores": [store_state(s) for s in stage.stores],
         "buffers": [None if b is None else _batch_state(b) for b in buffers],
         "shown": np.array(stage._shown, np.int64),
+        "idle": np.array(stage._idle, np.bool_),
         "next_gen": stage._next_gen,
         "orders": [r.order.tolist() for r in stage.reopts],
         "rng_state": stage._rng_state.copy(),
@@ -132,6 +133,9 @@ def _load(stage: MJoinStage, tree: dict[str, Any]) -> None:
         for i, b in enumerate(_per_input(tree, "buffers", n))
     ]
     shown = decode_int64(tree["shown"], n, "shown").tolist()
+    idle = np.asarray(tree.get("idle", np.zeros(n, np.bool_)), np.bool_)  # older snapshots
+    if idle.shape != (n,):
+        raise ValueError(f"idle: {n} flags expected")
     orders = _per_input(tree, "orders", n)
     reopts = [
         make_reoptimizer(p.size, stage.config, [int(e) for e in orders[i]], list(p.parent))
@@ -163,6 +167,7 @@ def _load(stage: MJoinStage, tree: dict[str, Any]) -> None:
     stage.stores = stores
     stage._buffers = buffers
     stage._shown = [int(s) for s in shown]
+    stage._idle = [bool(x) for x in idle]
     stage._next_gen = next_gen
     stage.plan_changes = changes
     stage.reopts = reopts

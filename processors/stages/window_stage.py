@@ -262,6 +262,41 @@ class WindowStage(StageBase):
         columns[ROW_ID] = store.rid[slots]
         return Batch(columns, signs, ts, None, dict(self._meta))
 
+    def advance(self, watermark: int) -> list[Batch]:
+        """No later input is below ``watermark``: a RANGE window's tuples whose time is up by
+        then leave now (deletes at their expiry time), not at the next tuple of this
+        partition, which may never come when the stream's keys are spread over partitions."""
+        store = self._store
+        if self.window.kind != "range" or store is None or not store.live:
+            return []
+        if self._buffer is not None and len(self._buffer):
+            watermark = min(watermark, int(self._buffer.ts.min()))
+        size = int(self.window.size)
+        live_ts = store.ts[store.start : store.size]
+        k = int(np.searchsorted(live_ts, watermark - size, side="right"))
+        if not k:
+            return []
+        slots = np.arange(store.start, store.start + k, dtype=np.int64)
+        ts = store.ts[slots] + size
+        out = self._deltas(store, slots, np.full(k, -1, np.int8), ts)
+        store.kill_before(store.start + k)
+        self.deletes_out += k
+        # an arrival below what just left is late: deltas stay in time order
+        self._state[1] = max(int(self._state[1]), int(ts[-1]))
+        return [out]
+
+    def progress(self, upstream: int) -> int:
+        """Tuples in the lateness buffer come out later with their own (older) times, and a
+        RANGE window's next delete with its expiry time."""
+        mark = upstream
+        if self._buffer is not None and len(self._buffer):
+            mark = min(mark, int(self._buffer.ts.min()))
+        store = self._store
+        if self.window.kind == "range" and store is not None and store.live:
+            first = store.start + int(np.argmax(store.alive[store.start : store.size]))
+            mark = min(mark, int(store.ts[first]) + int(self.window.size))
+        return mark
+
     # -- state -----------------------------------------------------------------------------
     def __len__(self) -> int:
         return 0 if self._store is None else self._store.live

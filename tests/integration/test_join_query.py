@@ -1,11 +1,11 @@
 """Windowed MJoin queries on the real broker through real Faust workers, with restarts.
 
-Three router streams keyed by packet id, co-partitioned (2 partitions), RANGE windows, joined
-on pid. The oracle is the independent naive one (tests/oracle/naive.py), run per partition on
-the records as the broker stored them. An MJoin releases a delta only when every input has
-moved past its timestamp, so the comparison covers the deltas older than the slowest input of
-each partition; everything the worker wrote must be in the oracle, and everything in the
-oracle up to that point must have been written.
+Three router streams of 2 partitions, RANGE windows, joined on pid; ingest routes them by pid
+with streamon's own hash. The oracle is the independent naive one (tests/oracle/naive.py), run
+on the whole streams as the broker stored them (event-time order, ties by partition and
+offset). Once the inputs are read to their end and quiet for the idle timeout, every input
+partition is idle and the MJoin releases everything, so the worker's results over all
+partitions must be exactly the oracle's.
 
 - SIGTERM mid-stream, then a new worker: the results are exactly the oracle's (the state comes
   back from the snapshots; no duplicate, nothing missing).
@@ -109,24 +109,25 @@ def natural_join_by_key(deltas: list[list[dict]], key: str) -> Counter:
     return out
 
 
-def oracle(inputs: dict[int, list[list[dict]]]) -> dict[int, tuple[Counter, int]]:
-    """Per partition: the naive join's results (sign, values) released so far, and the cut."""
-    out = {}
-    for p, streams in inputs.items():
-        deltas = []
-        for rows in streams:
-            # event time under its own name, so that the ts field stays a column of the rows
-            timed = [{**r, "event_ms": r["ts"]} for r in rows]
-            d, late = naive_window_deltas(timed, "range", RANGE_MS, ts_field="event_ms")
-            assert not late
-            deltas.append(d)
-        cut = min(max(r["ts"] for r in rows) for rows in streams)
-        results: Counter = Counter()
-        for (sign, ts, values), count in natural_join_by_key(deltas, "pid").items():
-            if ts < cut:
-                results[(sign, values)] += count
-        out[p] = (results, cut)
-    return out
+def oracle(inputs: dict[int, list[list[dict]]]) -> Counter:
+    """The naive join's results (sign, values) over the whole streams: each stream's records of
+    every partition in event-time order, ties by partition, then offset (the merge's order)."""
+    deltas = []
+    for i in range(len(STREAMS)):
+        rows = sorted(
+            ((r["ts"], p, k, r) for p, streams in inputs.items()
+             for k, r in enumerate(streams[i])),
+            key=lambda e: e[:3],
+        )  # fmt: skip
+        # event time under its own name, so that the ts field stays a column of the rows
+        timed = [{**r, "event_ms": r["ts"]} for *_, r in rows]
+        d, late = naive_window_deltas(timed, "range", RANGE_MS, ts_field="event_ms")
+        assert not late
+        deltas.append(d)
+    results: Counter = Counter()
+    for (sign, _, values), count in natural_join_by_key(deltas, "pid").items():
+        results[(sign, values)] += count
+    return results
 
 
 def test_the_keyed_oracle_agrees_with_the_nested_loop_oracle() -> None:
@@ -142,17 +143,16 @@ def test_the_keyed_oracle_agrees_with_the_nested_loop_oracle() -> None:
     assert natural_join_by_key(streams, "pid") == nested and sum(nested.values()) > 50
 
 
-def results_by_partition(bootstrap: str, result: str, schema: dict) -> dict[int, Counter]:
-    """The result topic as (sign, values) per partition, values in the oracle's format."""
-    schema_fields = FIELDS
-    out: dict[int, Counter] = {p: Counter() for p in range(PARTITIONS)}
+def results_of(bootstrap: str, result: str, schema: dict) -> Counter:
+    """The result topic (every partition) as (sign, values), values in the oracle's format."""
+    out: Counter = Counter()
     store = SchemaStore(load=False)
     store.add(schema)
     for record in read_topic(bootstrap, result):
         row = decode_single_object(record.value, schema, store)
         sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
-        values = tuple(tuple(sorted((f, row[f"{s}_{f}"]) for f in schema_fields)) for s in STREAMS)
-        out[record.partition][(sign, values)] += 1
+        values = tuple(tuple(sorted((f, row[f"{s}_{f}"]) for f in FIELDS)) for s in STREAMS)
+        out[(sign, values)] += 1
     return out
 
 
@@ -191,7 +191,7 @@ def wait_quiet(
 
 
 def expected_total(bootstrap: str, prefix: str) -> int:
-    return sum(sum(c.values()) for c, _ in oracle(stored_inputs(bootstrap, prefix)).values())
+    return sum(oracle(stored_inputs(bootstrap, prefix)).values())
 
 
 def write_query(bootstrap: str, tmp_path: Path, topic_name: str) -> tuple[str, str, str, Path]:
@@ -208,19 +208,18 @@ def write_query(bootstrap: str, tmp_path: Path, topic_name: str) -> tuple[str, s
     return prefix, result, text, query_file
 
 
-def assert_exact(got: dict[int, Counter], want: dict[int, tuple[Counter, int]], log: str) -> None:
-    """Per partition, the worker's results are exactly the oracle's: nothing missing or extra."""
-    for p, (expected, cut) in want.items():
-        missing, extra = expected - got[p], got[p] - expected
-        assert not missing and not extra, (
-            f"partition {p} (cut {cut}): {sum(missing.values())} missing, "
-            f"{sum(extra.values())} extra of {sum(expected.values())}\n{log[-4000:]}"
-        )
+def assert_exact(got: Counter, want: Counter, log: str) -> None:
+    """The worker's results are exactly the oracle's: nothing missing or extra."""
+    missing, extra = want - got, got - want
+    assert not missing and not extra, (
+        f"{sum(missing.values())} missing, {sum(extra.values())} extra of "
+        f"{sum(want.values())}\n{log[-4000:]}"
+    )
 
 
 def run_with_restart(
     bootstrap: str, tmp_path: Path, topic_name: str, stop: str
-) -> tuple[dict[int, Counter], dict[int, tuple[Counter, int]], str]:
+) -> tuple[Counter, Counter, str]:
     prefix, result, text, query_file = write_query(bootstrap, tmp_path, topic_name)
     first = start(tmp_path, "w", bootstrap, query_file, 1)
     publish_half(bootstrap, prefix, 0)
@@ -244,7 +243,7 @@ def run_with_restart(
     finally:
         second.stop()
     assert stop == "kill" or code == 0, log
-    got = results_by_partition(bootstrap, result, result_schema(text))
+    got = results_of(bootstrap, result, result_schema(text))
     return got, oracle(stored_inputs(bootstrap, prefix)), log
 
 
@@ -252,7 +251,7 @@ def test_join_is_exact_across_a_graceful_restart(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
     got, want, log = run_with_restart(bootstrap, tmp_path, topic_name, "term")
-    assert all(sum(expected.values()) > 1000 for expected, _ in want.values())
+    assert sum(want.values()) > 2000
     assert_exact(got, want, log)
 
 
@@ -260,16 +259,12 @@ def test_join_loses_nothing_when_a_worker_is_killed(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
     got, want, log = run_with_restart(bootstrap, tmp_path, topic_name, "kill")
-    duplicates = 0
-    for p in range(PARTITIONS):
-        expected, _ = want[p]
-        missing = expected - got[p]
-        assert not missing, f"partition {p}: {sum(missing.values())} results missing\n{log[-4000:]}"
-        extra = got[p] - expected
-        # anything extra must be a repeat of a correct result, not a wrong one
-        assert all(key in expected for key in extra), list(extra.items())[:3]
-        duplicates += sum(extra.values())
-    total = sum(sum(e.values()) for e, _ in want.values())
+    missing = want - got
+    assert not missing, f"{sum(missing.values())} results missing\n{log[-4000:]}"
+    extra = got - want
+    # anything extra must be a repeat of a correct result, not a wrong one
+    assert all(key in want for key in extra), list(extra.items())[:3]
+    duplicates, total = sum(extra.values()), sum(want.values())
     print(f"SIGKILL restart: {duplicates} duplicate results of {total} ({duplicates / total:.2%})")
 
 
@@ -309,7 +304,7 @@ def test_join_is_exact_when_a_second_worker_takes_over_a_partition(
     finally:
         for w in workers:
             w.stop()
-    got = results_by_partition(bootstrap, result, result_schema(text))
+    got = results_of(bootstrap, result, result_schema(text))
     assert_exact(got, oracle(stored_inputs(bootstrap, prefix)), log)
 
 
@@ -331,7 +326,8 @@ def test_cyclic_join_over_rows_and_partitioned_windows_equals_the_nested_loop_or
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
     """ROWS, PARTITION BY and RANGE windows, a cyclic join graph (two equality classes), one
-    partition (ROWS windows need the whole stream): the nested-loop oracle, exactly."""
+    partition (ROWS windows need the whole stream): the nested-loop oracle, exactly, all of it
+    once the inputs are idle."""
     prefix, result = topic_name, f"{topic_name}.out"
     ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{s}", 1) for s in STREAMS])
     columns = ", ".join(f'{s}_{f}="{s}.{f}"' for s in STREAMS for f in FIELDS)
@@ -357,12 +353,10 @@ def test_cyclic_join_over_rows_and_partitioned_windows_equals_the_nested_loop_or
         d, late = naive_window_deltas(timed, kind, size, by, ts_field="event_ms")
         assert not late
         deltas.append(d)
-    cut = min(max(r["ts"] for r in rows) for rows in inputs)
     predicates = [((0, "pid"), (1, "pid")), ((1, "src"), (2, "src")), ((0, "src"), (2, "src"))]
-    expected: Counter = Counter()
-    for (sign, ts, values), count in naive_join(deltas, predicates).items():
-        if ts < cut:
-            expected[(sign, values)] += count
+    expected: Counter = Counter()  # all of it: the inputs go idle, the MJoin holds nothing back
+    for (sign, _, values), count in naive_join(deltas, predicates).items():
+        expected[(sign, values)] += count
     assert sum(expected.values()) > 500
     worker = start(tmp_path, "w", bootstrap, query_file, 1)
     try:
@@ -370,7 +364,7 @@ def test_cyclic_join_over_rows_and_partitioned_windows_equals_the_nested_loop_or
         wait_quiet(bootstrap, result, [worker], settle=2.0)
     finally:
         worker.stop()
-    got = results_by_partition(bootstrap, result, result_schema(text))[0]
+    got = results_of(bootstrap, result, result_schema(text))
     missing, extra = expected - got, got - expected
     assert not missing and not extra, (
         f"seen {seen}: {sum(missing.values())} missing, {sum(extra.values())} extra of "

@@ -15,14 +15,15 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from processors.core.batch import Batch
+from processors.core.partitioning import single_partition
 from processors.core.query import Query
 from processors.physical.build import chain_factory
 from processors.physical.compiler import compile_plan
 from processors.runtime import context
-from processors.runtime.agents import add_ingest_agent
 from processors.runtime.context import EXIT_AGENT_FAILED, EXIT_OUTPUT_FAILED, AgentContext
 from processors.runtime.deadletter import DeadLetterError, DeadLetters
 from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.ingest import add_ingest_agent
 from processors.runtime.layouts import expected_layouts
 from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.stateful import add_stateful_agent
@@ -280,7 +281,7 @@ def test_expected_layouts_cover_every_internal_topic_of_a_windowed_query() -> No
 
 
 def test_an_envelope_with_a_renamed_column_is_refused_before_it_reaches_the_window() -> None:
-    plan = windowed_plan()
+    plan = single_partition(windowed_plan())  # one source: the merge forwards untagged input
     physical = compile_plan(plan)
     step = physical.steps[0]
     good = [reading_columns(20, seed=i, start_ms=1_000 * i) for i in range(3)]

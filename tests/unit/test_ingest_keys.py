@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.core.batch import Batch
-from processors.runtime.agents import with_keys
+from processors.runtime.ingest import with_keys
 
 
 @given(st.lists(st.one_of(st.none(), st.binary(max_size=5)), max_size=40))

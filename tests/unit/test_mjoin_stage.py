@@ -135,8 +135,13 @@ def test_unknown_deletes_are_dead_letters_and_time_must_not_go_back() -> None:
     stage.flush()
     (letter,) = stage.take_dead_letters()
     assert "not in the window" in letter[1] and letter[0].columns["a"].tolist() == [7]
-    with pytest.raises(ValueError, match="back in time"):
-        stage.push(1, deltas({"a": np.array([1])}, np.array([0])))
+    # deltas below what their input already showed (a replay): dead letters, the rest joins
+    stage.push(1, deltas({"a": np.array([1, 2])}, np.array([0, 9])))
+    ((behind, reason),) = stage.take_dead_letters()
+    assert behind.ts.tolist() == [0] and "below the 3 it already showed" in reason
+    assert stage.stats()["buffered"] == 1
+    with pytest.raises(ValueError, match="back in time"):  # unordered within a batch
+        stage.push(1, deltas({"a": np.array([1, 1])}, np.array([12, 11])))
     with pytest.raises(ValueError, match="no join input"):
         stage.input_index("nope")
 

@@ -91,7 +91,17 @@ def test_the_runner_runs_the_compiled_steps_in_order() -> None:
     assert list(runner.chains) == [s.name for s in compile_plan(plan).steps]
     assert list(runner.chains) == ["stream.r", "stream.s", "mjoin", "aggregate"]
     kinds = [getattr(s, "kind", None) for s in runner.all_stages()]
-    assert kinds == ["filter", "window", "filter", "window", "mjoin", "aggregate", "project"]
+    assert kinds == [
+        "merge",
+        "filter",
+        "window",
+        "merge",
+        "filter",
+        "window",
+        "mjoin",
+        "aggregate",
+        "project",
+    ]
     assert set(runner.stats()) == {s.name for s in runner.all_stages()}
 
 

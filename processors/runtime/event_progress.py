@@ -1,0 +1,115 @@
+"""What an ingest agent tells the partitions downstream about event time, per input partition.
+
+The event-time merge (:mod:`processors.stages.merge_stage`) waits, on every internal partition,
+for every input partition's watermark. Data envelopes carry it; this class decides when an
+internal partition that got no data must be told anyway, and when an input partition has gone
+idle:
+
+- a *watermark* (an empty envelope with ``src`` and ``wm``) goes to each partition that did not
+  get data from a unit, at most every ``min_gap_s`` per partition; the timer sends what is
+  still owed, so the last one is never lost;
+- an *idle mark* (``idle`` as well) goes to every partition when an input partition has been
+  read to its end (its fetch high watermark is at the agent's position) and nothing arrived for
+  the query's ``idle_timeout_ms``, and again every half second while that lasts (a merge
+  forgets idleness when another source comes back, and waits for the next mark). Its next
+  record makes it active again.
+
+Pure bookkeeping with the clock passed in: the agent does the sending
+(:mod:`processors.runtime.ingest`), tests drive it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from processors.core.batch import Batch
+from processors.stages.merge_stage import marker, tag
+
+NO_TS = -(2**63)
+IDLE_REPEAT_S = 0.5
+
+
+@dataclass
+class _Source:
+    """One input partition: its watermark and what each internal partition was last told."""
+
+    since_s: float  # the last record (or when the partition was first held)
+    high: int = NO_TS
+    told: dict[int, int] = field(default_factory=dict)  # internal partition -> watermark sent
+    told_at: dict[int, float] = field(default_factory=dict)
+    idle_sent_s: float | None = None  # when the last idle mark went (None: active)
+
+
+class EventProgress:
+    """Watermarks and idle marks of the input partitions one ingest agent holds."""
+
+    def __init__(self, partitions: int, idle_timeout_ms: int, min_gap_s: float = 0.1) -> None:
+        self.partitions = partitions
+        self.idle_timeout_s = idle_timeout_ms / 1000.0
+        #: how often an idle mark is repeated while the partition stays idle: a merge that saw
+        #: another partition come back waits for every partition until its next idle mark
+        self.repeat_s = min(self.idle_timeout_s, IDLE_REPEAT_S)
+        self.min_gap_s = min_gap_s
+        self.sources: dict[int, _Source] = {}
+        self.idle_marks = 0
+        self.watermarks = 0
+
+    def tag(self, batch: Batch, source: int) -> Batch:
+        """``batch`` labelled with its input partition and that partition's watermark."""
+        return tag(batch, source, self.sources[source].high)
+
+    def saw(self, source: int, max_ts: int, now_s: float) -> None:
+        """A unit of records of ``source`` whose largest event time is ``max_ts``."""
+        state = self.sources.get(source)
+        if state is None:
+            state = self.sources[source] = _Source(now_s)
+        state.since_s = now_s
+        state.high = max(state.high, max_ts)
+        state.idle_sent_s = None
+
+    def wrote(self, source: int, targets: Iterable[int], now_s: float) -> None:
+        """Data envelopes of ``source`` (tagged with its watermark) went to ``targets``."""
+        state = self.sources[source]
+        for q in targets:
+            state.told[q], state.told_at[q] = state.high, now_s
+
+    def owed(self, source: int, now_s: float, force: bool = False) -> list[tuple[int, Batch]]:
+        """Watermarks to send now: to partitions told less than ``source``'s watermark, not
+        within ``min_gap_s`` (unless ``force``)."""
+        state = self.sources.get(source)
+        if state is None or state.high == NO_TS:
+            return []
+        out = []
+        for q in range(self.partitions):
+            if state.told.get(q, NO_TS) >= state.high:
+                continue
+            if not force and now_s - state.told_at.get(q, -1e18) < self.min_gap_s:
+                continue
+            state.told[q], state.told_at[q] = state.high, now_s
+            out.append((q, marker(source, state.high)))
+        self.watermarks += len(out)
+        return out
+
+    def tick(
+        self, held: Iterable[int], caught_up: Callable[[int], bool], now_s: float
+    ) -> list[tuple[int, Batch]]:
+        """The timer's work: owed watermarks, and idle marks for the partitions read to their
+        end and quiet for the idle timeout. ``held``: the input partitions this worker holds
+        now (others are forgotten: their new owner speaks for them)."""
+        held = set(held)
+        for gone in set(self.sources) - held:
+            del self.sources[gone]
+        out: list[tuple[int, Batch]] = []
+        for source in sorted(held):
+            state = self.sources.get(source)
+            if state is None:
+                state = self.sources[source] = _Source(now_s)
+            out += self.owed(source, now_s, force=True)
+            quiet = now_s - state.since_s >= self.idle_timeout_s
+            due = state.idle_sent_s is None or now_s - state.idle_sent_s >= self.repeat_s
+            if quiet and due and caught_up(source):
+                state.idle_sent_s = now_s
+                self.idle_marks += 1
+                out += [(q, marker(source, state.high, idle=True)) for q in range(self.partitions)]
+        return out

@@ -1,0 +1,231 @@
+"""The ingest agent: an input topic's Avro records -> batch envelopes on the stream's internal
+topic, routed (:class:`processors.physical.steps.IngestRoute`).
+
+Records come in bulk (RecordBlocks of one partition), are decoded by the columnar codec in one
+call, and leave as envelopes. A record that does not decode is a dead letter with the reason;
+a block whose bulk decode raises is decoded record by record so that only the bad records are
+lost to the dead letters. Routing by key uses streamon's own hash
+(:mod:`processors.kernels.routing`), so joins and GROUP BYs hold whatever partitioner the
+producers used; event-time progress (watermarks, idle marks) goes along
+(:mod:`processors.runtime.event_progress`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from faust.types import TP
+
+from processors.core.batch import Batch, VarColumn
+from processors.physical.steps import IngestRoute
+from processors.runtime.context import (
+    AgentContext,
+    Cursor,
+    arrival_s,
+    block_dead_letter,
+    fatal,
+    guard_agent,
+)
+from processors.runtime.event_progress import NO_TS, EventProgress
+from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.stats import AgentStats
+from topics.columnar import RecordCodec
+
+log = logging.getLogger(__name__)
+
+#: how often the ingest timer sends owed watermarks and looks for idle input partitions
+PROGRESS_INTERVAL_S = 0.25
+
+
+def _key_column(keys: list[bytes]) -> VarColumn:
+    """Kafka keys as a binary column."""
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return VarColumn(offsets, np.frombuffer(b"".join(keys), dtype=np.uint8), utf8=False)
+
+
+def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
+    """``batch`` with the Kafka keys of its tuples, in order.
+
+    A batch's key column is all or nothing, so a run of records without keys becomes a batch of
+    its own: keyed records keep their keys and unkeyed ones stay unkeyed.
+    """
+    present = np.fromiter((k is not None for k in keys), dtype=np.bool_, count=len(keys))
+    if not len(keys) or not present.any():
+        return [batch]
+    bounds = [0, *(np.flatnonzero(np.diff(present.view(np.int8))) + 1).tolist(), len(keys)]
+    parts = []
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        part = batch if (start, stop) == (0, len(keys)) else batch.slice(start, stop)
+        if present[start]:
+            part.key = _key_column(keys[start:stop])  # type: ignore[arg-type]
+        parts.append(part)
+    return parts
+
+
+def _block_to_batches(
+    ctx: AgentContext,
+    name: str,
+    block: RecordBlock,
+    packed: tuple[np.ndarray, np.ndarray],
+    codec: RecordCodec,
+    ts_field: str | None,
+) -> list[Batch]:
+    """Bulk-decode a block's packed values; undecodable records become dead letters."""
+    result = codec.decode_many(*packed)
+    for index, reason in result.errors:
+        block_dead_letter(ctx, name, block, index, reason)
+    good = result.good
+    if ts_field is not None:
+        ts = np.asarray(result.columns[ts_field], dtype=np.int64)
+    else:
+        ts = np.asarray(block.timestamps, dtype=np.int64)[good]
+    batch = Batch(result.columns, np.ones(len(good), np.int8), ts)
+    return with_keys(batch, [block.keys[i] for i in good.tolist()])
+
+
+def _one_by_one(
+    ctx: AgentContext, name: str, block: RecordBlock, codec: RecordCodec, ts_field: str | None
+) -> list[Batch]:
+    """A block whose bulk decode raised, decoded record by record: each record that still
+    fails becomes a dead letter of its own, the others go on."""
+    out: list[Batch] = []
+    for i in range(len(block)):
+        one = RecordBlock(block.topic, block.partition, block.offsets[i : i + 1],
+                          block.timestamps[i : i + 1], block.keys[i : i + 1],
+                          block.values[i : i + 1])  # fmt: skip
+        try:
+            out.extend(_block_to_batches(ctx, name, one, one.packed_values(), codec, ts_field))
+        except Exception as exc:
+            block_dead_letter(ctx, name, block, i, f"ingest failed: {exc!r}")
+    return out
+
+
+def add_ingest_agent(
+    ctx: AgentContext,
+    *,
+    name: str,
+    source_topic: str,
+    codec: RecordCodec,
+    timestamp_field: str | None,
+    out_topic: str,
+    route: IngestRoute | None = None,
+    idle_timeout_ms: int = 3_000,
+) -> AgentStats:
+    """External records -> envelopes, routed by ``route`` (default: each record's own
+    partition). With ``route.progress`` the envelopes carry event-time progress, and a timer
+    sends watermarks and idle marks (:mod:`processors.runtime.event_progress`)."""
+    source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
+    stats = ctx.board.agent(name, "ingest")
+    stats.topic = source_topic
+    stats.out_topic = out_topic
+    progress = None
+    if route is not None and route.progress:
+        progress = EventProgress(route.partitions, idle_timeout_ms)
+
+    def send(batch: Batch, target: int, arrival_ms: int | None) -> int:
+        return ctx.send_envelopes(name, out_topic, batch, target, arrival_ms)
+
+    def ingest_unit(block: RecordBlock, arrival_ms: int | None) -> None:
+        started = time.perf_counter_ns()
+        dead_before = ctx.dead_letters.count
+        packed = block.packed_values()
+        try:
+            batches = _block_to_batches(ctx, name, block, packed, codec, timestamp_field)
+        except Exception as exc:  # a bug or input nobody foresaw: record by record now
+            log.exception("ingest %s failed on a block of %d records (%r); record by record now",
+                          name, len(block), exc)  # fmt: skip
+            batches = _one_by_one(ctx, name, block, codec, timestamp_field)
+        batches = [b for b in batches if len(b)]
+        now = time.monotonic()
+        if progress is not None:
+            top = max((int(b.ts.max()) for b in batches), default=NO_TS)
+            progress.saw(block.partition, top, now)
+        written = 0
+        targets: set[int] = set()
+        parts = (
+            [(block.partition, b) for b in batches]
+            if route is None
+            else (route.split(batches, block.partition))
+        )
+        for target, part in parts:
+            if progress is not None:
+                progress.tag(part, block.partition)
+            written += send(part, target, arrival_ms)
+            targets.add(target)
+        if progress is not None:
+            progress.wrote(block.partition, targets, now)
+            for target, mark in progress.owed(block.partition, now):
+                written += send(mark, target, arrival_ms)
+        stats.dead_letters += ctx.dead_letters.count - dead_before
+        n_out = sum(len(batch) for batch in batches)
+        nbytes = int(packed[1][-1])
+        elapsed = time.perf_counter_ns() - started
+        stats.record(len(block), n_out, elapsed, len(block), nbytes, written)
+        stats.positions[block.partition] = block.offsets[-1] + 1
+
+    async def ingest(blocks: Any, cursor: Cursor) -> None:
+        async for block in blocks:
+            if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
+                fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            for unit in block.split(ctx.turn_tuples(stats)):
+                if not len(unit):
+                    continue
+                cursor.at(unit.topic, unit.partition, unit.offsets[0], unit.offsets[-1])
+                arrival = unit.arrival_ms()
+                async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit)):
+                    ingest_unit(unit, arrival)
+
+    ctx.app.agent(source, name=name)(guard_agent(name, ingest))
+    if progress is not None:
+        _progress_timer(ctx, name, source_topic, stats, progress, send)
+    return stats
+
+
+def _progress_timer(
+    ctx: AgentContext,
+    name: str,
+    source_topic: str,
+    stats: AgentStats,
+    progress: EventProgress,
+    send: Callable[[Batch, int, int | None], int],
+) -> None:
+    """Every quarter second: owed watermarks, and idle marks for quiet input partitions."""
+
+    def held() -> list[int]:
+        try:
+            held = ctx.app.consumer.assignment()
+            return [tp.partition for tp in held if tp.topic == source_topic]
+        except Exception:  # the consumer is not started yet
+            return []
+
+    def caught_up(partition: int) -> bool:
+        try:
+            high = ctx.app.consumer.highwater(TP(source_topic, partition))
+        except Exception:  # revoked meanwhile
+            return False
+        at = stats.positions.get(partition)
+        if high is None:  # no fetch answer with a high watermark yet: an empty partition
+            return at is None
+        return at is not None and high <= at or high == 0
+
+    @ctx.app.timer(PROGRESS_INTERVAL_S)
+    async def send_progress() -> None:
+        try:
+            idle_before = progress.idle_marks
+            for target, mark in progress.tick(held(), caught_up, time.monotonic()):
+                send(mark, target, None)
+            if progress.idle_marks > idle_before:
+                idle = sorted(p for p, src in progress.sources.items() if src.idle_sent_s)
+                log.info("%s: input partitions %s of %s idle (read to the end, nothing new for "
+                         "%.1f s): windows and joins stop waiting for them", name, idle,
+                         source_topic, progress.idle_timeout_s)  # fmt: skip
+        except SystemExit:
+            raise
+        except Exception:  # a timer that raises stops the worker: progress must not
+            log.exception("%s: event-time progress not sent this time", name)
