@@ -26,12 +26,15 @@ class StageChain:
         self._told_wm = NO_TS  # event-time progress last told downstream (not state: resent)
         self._told_idle = False
         self._idle_in = False  # the last input was an idle mark
+        self._at: str | None = None  # ingest's wall clock on the latest input
 
     def push(self, stream: str, batch: Batch) -> list[Batch]:
         """One input batch of ``stream``; the batches the chain outputs (then what the event
         time it brought makes due further on)."""
         batch.meta["stream"] = stream
         self._idle_in = not len(batch) and "idle" in batch.meta
+        if "at" in batch.meta:  # ingest's time, passed on with this chain's own marks
+            self._at = batch.meta["at"]
         return self._label(self._run(0, [batch]) + self._advance())
 
     def _advance(self) -> list[Batch]:
@@ -93,14 +96,19 @@ class StageChain:
             if self._told_idle and not self._idle_in:  # each idle mark is passed on
                 return None
             self._told_idle = True
-            return Batch.empty_marker({"idle": "1"})
+            return Batch.empty_marker(self._timed({"idle": "1"}))
         self._told_idle = False
         wm = self.progress()
         shown = int(outputs[-1].ts[-1]) if outputs and len(outputs[-1]) else None
         if wm is None or wm <= self._told_wm or (shown is not None and shown >= wm):
             return None
         self._told_wm = wm
-        return Batch.empty_marker({"wm": str(wm)})
+        return Batch.empty_marker(self._timed({"wm": str(wm)}))
+
+    def _timed(self, meta: dict[str, str]) -> dict[str, str]:
+        """``meta`` with ingest's time of the latest input (the MJoin's comeback rule reads
+        it: :mod:`processors.stages.idleness`)."""
+        return meta if self._at is None else {**meta, "at": self._at}
 
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         return [dead for stage in self.stages for dead in stage.take_dead_letters()]

@@ -60,7 +60,8 @@ def _merge(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     sources = part.sources(node.stream)
     routed = part.routes[node.stream] is not None and part.streams[node.stream] > 1
     name = f"merge.{node.stream}[{partition}]"
-    return MergeStage(sources, plan.lateness_ms, name, drives_time=routed or sources > 1)
+    return MergeStage(sources, plan.lateness_ms, name, drives_time=routed or sources > 1,
+                      idle_timeout_ms=plan.idle_timeout_ms)  # fmt: skip
 
 
 def _window(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
@@ -81,8 +82,9 @@ def _mjoin(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     ]
     config = plan.ordering_config
     return MJoinStage(
-        names, predicates, config.with_(seed=config.seed + partition), name=f"mjoin[{partition}]"
-    )
+        names, predicates, config.with_(seed=config.seed + partition), name=f"mjoin[{partition}]",
+        idle_timeout_ms=plan.idle_timeout_ms,
+    )  # fmt: skip
 
 
 def _aggregate(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:

@@ -20,6 +20,7 @@ Pure bookkeeping with the clock passed in: the agent does the sending
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -44,7 +45,14 @@ class _Source:
 class EventProgress:
     """Watermarks and idle marks of the input partitions one ingest agent holds."""
 
-    def __init__(self, partitions: int, idle_timeout_ms: int, min_gap_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        partitions: int,
+        idle_timeout_ms: int,
+        min_gap_s: float = 0.1,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.wall_ms = wall_ms
         self.partitions = partitions
         self.idle_timeout_s = idle_timeout_ms / 1000.0
         #: how often an idle mark is repeated while the partition stays idle: a merge that saw
@@ -57,7 +65,7 @@ class EventProgress:
 
     def tag(self, batch: Batch, source: int) -> Batch:
         """``batch`` labelled with its input partition and that partition's watermark."""
-        return tag(batch, source, self.sources[source].high)
+        return tag(batch, source, self.sources[source].high, self.wall_ms())
 
     def saw(self, source: int, max_ts: int, now_s: float) -> None:
         """A unit of records of ``source`` whose largest event time is ``max_ts``."""
@@ -87,7 +95,7 @@ class EventProgress:
             if not force and now_s - state.told_at.get(q, -1e18) < self.min_gap_s:
                 continue
             state.told[q], state.told_at[q] = state.high, now_s
-            out.append((q, marker(source, state.high)))
+            out.append((q, marker(source, state.high, at=self.wall_ms())))
         self.watermarks += len(out)
         return out
 
@@ -111,5 +119,7 @@ class EventProgress:
             if quiet and due and caught_up(source):
                 state.idle_sent_s = now_s
                 self.idle_marks += 1
-                out += [(q, marker(source, state.high, idle=True)) for q in range(self.partitions)]
+                at = self.wall_ms()
+                out += [(q, marker(source, state.high, idle=True, at=at))
+                        for q in range(self.partitions)]  # fmt: skip
         return out

@@ -18,8 +18,9 @@ restores it with per-source watermarks, the usual k-way merge of stream processo
 - a source is idle when ingest says so (``meta['idle']``: ingest has read all of that input
   partition and nothing came for the query's ``idle_timeout_ms``; it repeats the mark every
   half second while that lasts); it stops holding the others back. When a source comes back
-  from idle, every source counts again until its next idle mark, so that a burst on all input
-  partitions after a pause is merged in order. What a source that was left out sends below
+  from idle, every source counts again, and an idle mark counts only if ingest judged it an
+  idle timeout after that comeback (:mod:`processors.stages.idleness`), so that a burst on all
+  input partitions after a pause is merged in order. What a source that was left out sends below
   the released watermark passes on at once, and the window treats it as late (its lateness,
   then the dead letters): ``docs/windows-and-joins.md``, "Event time across partitions".
 
@@ -40,28 +41,33 @@ import numpy as np
 from processors.core.batch import Batch
 from processors.core.state_codec import SnapshotError
 from processors.stages.base import StageBase
+from processors.stages.idleness import AT, IDLE, Idleness
 from topics.envelope import decode_batch, encode_batch
 
 SOURCE = "src"  # meta key: the input partition an envelope's tuples come from
 WATERMARK = "wm"  # meta key: the largest event time ingest has seen on that source
-IDLE = "idle"  # meta key: present on ingest's mark that the source has gone quiet
 _NO_TS = np.iinfo(np.int64).min
 _ALL = np.iinfo(np.int64).max
 
 
-def marker(source: int, watermark: int, idle: bool = False) -> Batch:
+def marker(source: int, watermark: int, idle: bool = False, at: int | None = None) -> Batch:
     """An envelope with no tuples from ingest: input partition ``source``'s watermark, or its
-    idle mark."""
+    idle mark, judged at wall-clock ``at`` (ms)."""
     meta = {SOURCE: str(source), WATERMARK: str(watermark)}
     if idle:
         meta[IDLE] = "1"
+    if at is not None:
+        meta[AT] = str(at)
     return Batch.empty_marker(meta)
 
 
-def tag(batch: Batch, source: int, watermark: int) -> Batch:
-    """``batch`` labelled, as ingest sends it, with its input partition and watermark."""
+def tag(batch: Batch, source: int, watermark: int, at: int | None = None) -> Batch:
+    """``batch`` labelled, as ingest sends it, with its input partition and watermark (and
+    the wall-clock ``at`` ms ingest read it)."""
     batch.meta[SOURCE] = str(source)
     batch.meta[WATERMARK] = str(watermark)
+    if at is not None:
+        batch.meta[AT] = str(at)
     return batch
 
 
@@ -76,6 +82,7 @@ class MergeStage(StageBase):
         lateness_ms: int = 0,
         name: str = "merge",
         drives_time: bool | None = None,
+        idle_timeout_ms: int = 3_000,
     ) -> None:
         if sources < 1:
             raise ValueError(f"{name}: sources must be >= 1, got {sources}")
@@ -88,7 +95,7 @@ class MergeStage(StageBase):
         self.drives_time = sources > 1 if drives_time is None else drives_time
         self.lateness_ms = int(lateness_ms)
         self._high = np.full(self.sources, _NO_TS, np.int64)
-        self._idle = np.zeros(self.sources, np.bool_)
+        self._idleness = Idleness(self.sources, idle_timeout_ms)
         self._queues: list[list[Batch]] = [[] for _ in range(self.sources)]
         self.released = _NO_TS
         self.tuples_in = 0
@@ -101,7 +108,7 @@ class MergeStage(StageBase):
         if self.sources == 1:  # one input partition: already in order, forwarded as it is
             self.tuples_in += len(batch)
             self.tuples_out += len(batch)
-            self._mark_activity(0, IDLE in batch.meta and not len(batch))
+            self._idleness.saw(0, batch)
             high = int(batch.meta[WATERMARK]) if WATERMARK in batch.meta else _NO_TS
             if len(batch):
                 high = max(high, int(batch.ts.max()))
@@ -121,16 +128,12 @@ class MergeStage(StageBase):
             self._queues[src].append(batch)
             self.tuples_in += len(batch)
         self._high[src] = max(int(self._high[src]), high)
-        self._mark_activity(src, IDLE in batch.meta and not len(batch))
+        self._idleness.saw(src, batch)
         return self._release()
 
-    def _mark_activity(self, src: int, idle: bool) -> None:
-        """An idle mark makes ``src`` idle; anything else makes it active. A source coming
-        back from idle makes every source count again until its next idle mark: the others
-        may be coming back too (a burst after a pause), and their records must not be late."""
-        if not idle and self._idle[src]:
-            self._idle[:] = False
-        self._idle[src] = idle
+    @property
+    def _idle(self) -> np.ndarray:
+        return self._idleness.idle
 
     def _source(self, batch: Batch) -> int | None:
         raw = batch.meta.get(SOURCE)
@@ -217,6 +220,7 @@ class MergeStage(StageBase):
             "held": sum(len(b) for q in self._queues for b in q),
             "watermark": None if self.released == _NO_TS else self.released,
             "idle_sources": int(self._idle.sum()),
+            "stale_idle_marks": self._idleness.stale_marks,
             "idle_releases": self.idle_releases,
             "tuples_in": self.tuples_in,
             "tuples_out": self.tuples_out,
@@ -227,7 +231,7 @@ class MergeStage(StageBase):
         return {
             "sources": self.sources,
             "high": self._high.copy(),
-            "idle": self._idle.copy(),
+            "idleness": self._idleness.state(),
             "released": self.released,
             "queues": [[encode_batch(b) for b in q] for q in self._queues],
             "counters": [self.tuples_in, self.tuples_out, self.idle_releases],
@@ -242,11 +246,11 @@ class MergeStage(StageBase):
         queues = state["queues"]
         if high.shape != (self.sources,) or len(queues) != self.sources:
             raise SnapshotError(f"{self.name}: snapshot does not hold {self.sources} sources")
-        idle = np.asarray(state["idle"], np.bool_)
-        if idle.shape != (self.sources,):
-            raise SnapshotError(f"{self.name}: snapshot does not hold {self.sources} idle flags")
+        try:
+            self._idleness.load_state(state["idleness"], self.name)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"{self.name}: bad idleness in snapshot: {exc}") from exc
         self._high = high.copy()
-        self._idle = idle.copy()
         self.released = int(state["released"])
         self._queues = [[decode_batch(b) for b in q] for q in queues]
         self.tuples_in, self.tuples_out, self.idle_releases = map(int, state["counters"])

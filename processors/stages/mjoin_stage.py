@@ -36,6 +36,7 @@ from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, Reoptimizer, make_reoptimizer
 from processors.kernels.profiling import sample_rows
 from processors.stages.base import StageBase
+from processors.stages.idleness import Idleness
 from processors.stages.join_store import WindowStore, join_keys
 from processors.stages.mjoin_state import load_mjoin_state, mjoin_state
 from processors.stages.plan_changes import PlanChanges
@@ -86,6 +87,7 @@ class MJoinStage(StageBase):
         config: OrderingConfig | None = None,
         name: str = "mjoin",
         clock_ms: Callable[[], int] = _wall_ms,
+        idle_timeout_ms: int = 3_000,
     ) -> None:
         self.name = name
         self.names = list(names)
@@ -109,7 +111,7 @@ class MJoinStage(StageBase):
         self._rng_state = np.array([self.config.seed * 0x9E3779B97F4A7C15 % 2**64 + 1], np.uint64)
         self._buffers: list[list[Batch]] = [[] for _ in range(self.n)]
         self._shown = [np.iinfo(np.int64).min] * self.n  # largest timestamp pushed per input
-        self._idle = [False] * self.n  # inputs whose sources went quiet: not waited for
+        self.idleness = Idleness(self.n, idle_timeout_ms)  # inputs not waited for
         self._next_gen = 1
         self._columns: list[list[str] | None] = [None] * self.n
         self.dead_letters: list[tuple[Batch, str]] = []
@@ -173,18 +175,15 @@ class MJoinStage(StageBase):
         """Stage contract: the input is named by ``batch.meta['stream']``. An empty batch is
         that input's progress: ``meta['wm']`` (no later delta is older) or ``meta['idle']``
         (its sources went quiet: do not wait for it until it sends again). An input back from
-        idle makes every input count again until its next idle mark, as in the merge
-        (:mod:`processors.stages.merge_stage`)."""
+        idle makes every input count again (:mod:`processors.stages.idleness`)."""
         i = self.input_index(batch.meta.get("stream", ""))
-        idle = not len(batch) and "idle" in batch.meta
-        if not idle and self._idle[i]:  # back from idle: wait for every input again
+        was_idle = bool(self.idleness.idle[i])
+        if self.idleness.saw(i, batch):
             log.info("%s: input %s is back: waiting for every input again", self.name,
                      self.names[i])  # fmt: skip
-            self._idle = [False] * self.n
-        elif idle and not self._idle[i]:
+        elif self.idleness.idle[i] and not was_idle:
             log.info("%s: input %s is idle: not waited for until it sends again", self.name,
                      self.names[i])  # fmt: skip
-        self._idle[i] = idle
         if len(batch):
             self.push(i, batch)
         elif "wm" in batch.meta:
@@ -198,7 +197,8 @@ class MJoinStage(StageBase):
     # -- epochs -------------------------------------------------------------------------------
     def release(self, final: bool = False) -> list[Batch]:
         """Join every buffered delta that no input can still precede."""
-        waited = [shown for shown, idle in zip(self._shown, self._idle, strict=True) if not idle]
+        idle = self.idleness.idle.tolist()
+        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
         low = None if final or not waited else min(waited)
         parts: list[Batch | None] = []
         for i in range(self.n):
@@ -477,5 +477,7 @@ class MJoinStage(StageBase):
                 for i in range(self.n)
             },
             "buffered": sum(len(b) for bs in self._buffers for b in bs),
-            "idle_inputs": [n for n, idle in zip(self.names, self._idle, strict=True) if idle],
+            "idle_inputs": [
+                n for n, idle in zip(self.names, self.idleness.idle.tolist(), strict=True) if idle
+            ],
         }

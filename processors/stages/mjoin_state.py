@@ -31,6 +31,7 @@ import numpy as np
 from processors.core.batch import Batch
 from processors.core.ordering.reoptimizers import make_reoptimizer
 from processors.core.state_codec import SnapshotError
+from processors.stages.idleness import Idleness
 from processors.stages.join_store import (
     decode_column,
     decode_int64,
@@ -77,7 +78,7 @@ def mjoin_state(stage: MJoinStage) -> dict[str, Any]:
         "stores": [store_state(s) for s in stage.stores],
         "buffers": [None if b is None else _batch_state(b) for b in buffers],
         "shown": np.array(stage._shown, np.int64),
-        "idle": np.array(stage._idle, np.bool_),
+        "idleness": stage.idleness.state(),
         "next_gen": stage._next_gen,
         "orders": [r.order.tolist() for r in stage.reopts],
         "rng_state": stage._rng_state.copy(),
@@ -133,9 +134,9 @@ def _load(stage: MJoinStage, tree: dict[str, Any]) -> None:
         for i, b in enumerate(_per_input(tree, "buffers", n))
     ]
     shown = decode_int64(tree["shown"], n, "shown").tolist()
-    idle = np.asarray(tree.get("idle", np.zeros(n, np.bool_)), np.bool_)  # older snapshots
-    if idle.shape != (n,):
-        raise ValueError(f"idle: {n} flags expected")
+    idleness = Idleness(n, stage.idleness.timeout_ms)
+    if "idleness" in tree:  # older snapshots have none: no input idle
+        idleness.load_state(tree["idleness"], stage.name)
     orders = _per_input(tree, "orders", n)
     reopts = [
         make_reoptimizer(p.size, stage.config, [int(e) for e in orders[i]], list(p.parent))
@@ -167,7 +168,7 @@ def _load(stage: MJoinStage, tree: dict[str, Any]) -> None:
     stage.stores = stores
     stage._buffers = buffers
     stage._shown = [int(s) for s in shown]
-    stage._idle = [bool(x) for x in idle]
+    stage.idleness = idleness
     stage._next_gen = next_gen
     stage.plan_changes = changes
     stage.reopts = reopts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from processors.core.batch import Batch, VarColumn
+from processors.core.batch import Batch, VarColumn, null_column
 from processors.core.query import Query
 from topics.avro import load_schema
 
@@ -50,6 +50,10 @@ def reading_columns(n: int, seed: int = 0, start_ms: int = 1_700_000_000_000) ->
         "site": VarColumn(offsets, data),
         "ok": rng.random(n) > 0.05,
     }
+    # a nullable field, null for about one reading in ten (its companion column says which)
+    battery_null = rng.random(n) < 0.1
+    columns["battery"] = np.where(battery_null, 0.0, rng.uniform(5, 100, n)).astype(np.float32)
+    columns[null_column("battery")] = battery_null
     keys = sensor.astype(">i8").view(np.uint8)
     key_col = VarColumn(np.arange(0, 8 * n + 1, 8, dtype=np.int64), keys.copy(), utf8=False)
     return Batch.inserts(columns, ts=ts, key=key_col)

@@ -30,6 +30,7 @@ READING = {
     "humidity": 40.25,
     "site": "Zürich-Nord",
     "ok": True,
+    "battery": 87.5,
 }
 
 
@@ -172,7 +173,7 @@ def test_flat_fields_types_and_rejections():
     scope = next(f for f in fields if f.name == "scope")
     assert scope.type == "enum" and scope.symbols[0] == "STAGE" and scope.enum_default == "UNKNOWN"
     assert [f.type for f in flat_fields(load_schema("reading"))] == [
-        "long", "long", "double", "float", "string", "boolean"]  # fmt: skip
+        "long", "long", "double", "float", "string", "boolean", "float"]  # fmt: skip
     three = load_schema("dead_letter")  # ["null", "bytes"] is supported since issue 14
     three["fields"][3] = {"name": "key", "type": ["null", "bytes", "string"]}
     with pytest.raises(
@@ -197,7 +198,7 @@ def test_flat_fields_types_and_rejections():
 def test_resolve_flat_rules():
     v1, v2 = load_schema("reading"), load_schema("reading_v2")
     res = resolve_flat(v1, v2, flat_fields(v2))
-    assert res.error is None and res.sources == [0, 1, 2, 3, 4, 5, -1, -1]
+    assert res.error is None and res.sources == [0, 1, 2, 3, 4, 5, 6, -1, -1]
     back = resolve_flat(v2, v1, flat_fields(v1))
     assert back.error == "field 'humidity': writer type double cannot be read as float"
     v3 = {**v2, "fields": [*v2["fields"], {"name": "region", "type": "string"}]}

@@ -111,6 +111,7 @@ def test_plan_builtin_prints_the_plan_as_json(capsys: pytest.CaptureFixture[str]
         "humidity",
         "site",
         "ok",
+        "battery",
     ]
 
 

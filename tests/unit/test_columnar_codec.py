@@ -61,8 +61,11 @@ def pack(msgs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rows(codec: RecordCodec, columns: dict) -> list[dict]:
-    """Columns as fastavro-style dicts (enum indices become symbols)."""
+    """Columns as fastavro-style dicts (enum indices become symbols, nulls None)."""
     py = {k: (c.to_list() if isinstance(c, VarColumn) else c.tolist()) for k, c in columns.items()}
+    for name in [k for k in py if k.endswith("?")]:  # a nullable column's companion
+        nulls = py.pop(name)
+        py[name[:-1]] = [None if null else v for v, null in zip(py[name[:-1]], nulls, strict=True)]
     n = len(next(iter(py.values()))) if py else 0
     out = [{k: v[j] for k, v in py.items()} for j in range(n)]
     for f in codec.fields:
@@ -95,6 +98,7 @@ def random_readings(n: int, seed: int = 0) -> list[dict]:
             "humidity": float(np.float32(rng.random() * 100)),
             "site": ["", "a", "Zürich", "東京", "x" * 200][i % 5],
             "ok": bool(i % 3),
+            "battery": None if i % 4 == 0 else float(np.float32(rng.random() * 100)),
         }
         for i in range(n)
     ]
@@ -162,6 +166,8 @@ def test_encode_many_decodes_with_fastavro():
         "humidity": np.array([r["humidity"] for r in recs], np.float32),
         "site": VarColumn.from_values([r["site"] for r in recs]),
         "ok": np.array([r["ok"] for r in recs]),
+        "battery": np.array([r["battery"] or 0.0 for r in recs], np.float32),
+        "battery?": np.array([r["battery"] is None for r in recs]),
     }
     buf, offsets = codec.encode_many(cols, len(recs))
     assert buf.dtype == np.uint8 and offsets.dtype == np.int64 and len(offsets) == 501
@@ -260,18 +266,21 @@ def test_every_garbage_case_is_reported_and_others_decode():
     codec = RecordCodec(schema)
     recs = random_readings(3, seed=5)
     recs[0]["site"] = "abc"
+    recs[0]["battery"] = None
     ok = message(schema, recs[0])
     head = single_object_header(schema)
     fields = avro_body(schema, recs[0])
-    # layout of the body: sensor_id, ts varints, temperature 8 bytes, humidity 4, site, ok
-    site_at = len(fields) - 1 - 4  # "abc" (1 length byte + 3), then ok
+    # layout of the body: sensor_id, ts varints, temperature 8 bytes, humidity 4, site, ok,
+    # battery (a null: its branch byte only)
+    site_at = len(fields) - 2 - 4  # "abc" (1 length byte + 3), then ok and battery
     cases = {
-        f"truncated record at byte {len(ok) - 1} in field 'ok'": ok[:-1],
+        f"truncated record at byte {len(ok) - 2} in field 'ok'": ok[:-2],
+        f"truncated record at byte {len(ok) - 1} in field 'battery'": ok[:-1],
         "varint overflow at byte 10 in field 'sensor_id'": head + b"\xff" * 10 + b"\x01",
         "negative length at byte": head + fields[:site_at] + b"\x01abc\x01",
         "length past the end of the record": head + fields[:site_at] + b"\x10abc\x01",
         "trailing bytes: 2": ok + b"\x00\x00",
-        "invalid boolean byte": ok[:-1] + b"\x02",
+        "invalid boolean byte": ok[:-2] + b"\x02\x00",
         "invalid UTF-8 at byte": head + fields[:site_at] + b"\x06a\xffc\x01",
         "not single-object encoded (marker b'\\x00\\x01')": b"\x00\x01" + fields,
         "too short for a single-object header": b"\xc3\x01\x00",
@@ -296,7 +305,7 @@ def test_truncation_names_the_field():
     msg = message(schema, {**random_readings(1)[0], "site": "abcdef"})
     res = RecordCodec(schema).decode_many(*pack([msg[:-4]]))
     assert res.errors == [
-        (0, f"length past the end of the record at byte {len(msg) - 8} in field 'site'")
+        (0, f"length past the end of the record at byte {len(msg) - 9} in field 'site'")
     ]
     res = RecordCodec(schema).decode_many(*pack([msg[:12]]))
     assert "in field 'ts'" in res.errors[0][1] or "in field 'sensor_id'" in res.errors[0][1]
@@ -465,7 +474,7 @@ def test_warm_up_round_trips_one_zero_record(schema: dict) -> None:
     """A worker warms its codecs before consuming; that must work for every data schema we ship."""
     codec = RecordCodec(schema)
     columns = codec.warm_up()
-    assert list(columns) == [f["name"] for f in schema["fields"]]
+    assert [c for c in columns if not c.endswith("?")] == [f["name"] for f in schema["fields"]]
     buf, offsets = codec.encode_many(columns, 1)
     record = codec.decode_one(bytes(buf[offsets[0] : offsets[1]]))
     for f in schema["fields"]:

@@ -277,7 +277,8 @@ def test_expected_layouts_cover_every_internal_topic_of_a_windowed_query() -> No
     for step in physical.steps:
         assert set(step.in_topics) <= set(layouts), step.name
     ingest = layouts[physical.ingest_topics["r"]]
-    assert [name for name, _ in ingest] == [f["name"] for f in load_schema("reading")["fields"]]
+    names = [name for name, _ in ingest if not name.endswith("?")]  # less null companions
+    assert names == [f["name"] for f in load_schema("reading")["fields"]]
 
 
 def test_an_envelope_with_a_renamed_column_is_refused_before_it_reaches_the_window() -> None:

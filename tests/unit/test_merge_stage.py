@@ -200,3 +200,15 @@ def test_a_burst_on_every_source_after_a_pause_is_merged_in_order() -> None:
     # source 0 is done after all: its next idle mark lets source 1 run ahead
     (out,) = stage.process(marker(0, 30, idle=True))
     assert out.columns["id"].tolist() == [3]
+
+
+def test_an_idle_mark_judged_soon_after_a_comeback_is_stale() -> None:
+    stage = MergeStage(2, idle_timeout_ms=1_000)
+    stage.process(marker(0, 10, idle=True, at=0))
+    stage.process(marker(1, 10, idle=True, at=0))
+    assert stage.process(tag(source_batch([20, 40], [0, 1]), 1, 40, at=5_000)) == []  # back
+    # source 0 was looked at 200 ms after the comeback: its records may be a moment behind
+    assert stage.process(marker(0, 10, idle=True, at=5_200)) == []
+    assert stage.stats()["stale_idle_marks"] == 1
+    (out,) = stage.process(marker(0, 10, idle=True, at=6_000))  # an idle timeout later: idle
+    assert out.columns["id"].tolist() == [0]

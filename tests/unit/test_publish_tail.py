@@ -277,7 +277,8 @@ def test_tail_finds_the_schema_by_the_first_records_fingerprint() -> None:
     )
     rows = _Decoder(TailOptions("out"), io.StringIO()).decode([FakeMessage(value, 0, 0, None)])
     assert rows == [{"sensor_id": 5, "ts": 9, "temperature": 1.0, "humidity": 2.0, "site": "x",
-                     "ok": False, "_sign": 1, "_partition": 0, "_offset": 0}]  # fmt: skip
+                     "ok": False, "battery": None, "_sign": 1, "_partition": 0,
+                     "_offset": 0}]  # fmt: skip
     unknown = b"\xc3\x01" + bytes(8) + b"\x00"
     with pytest.raises(SchemaError, match="pass --schema NAME\\|FILE"):
         _Decoder(TailOptions("out"), io.StringIO()).decode([FakeMessage(unknown, 0, 0, None)])
