@@ -22,6 +22,7 @@ from typing import Any
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.publish import publish_batch
+from processors.core.batch import Batch
 from processors.runtime.config import load_settings, resolve_bootstrap
 from processors.runtime.producer import RecordProducer
 from processors.workloads.examples import reading_columns
@@ -122,6 +123,41 @@ def _envelope_rate(bootstrap: str, topic: str, envelopes: int, tuples_per_envelo
     return float(result["tuples_per_s"])
 
 
+def _ingest_unit_rates(records: int = 200_000, unit: int = 5_000) -> tuple[float, float]:
+    """In process, the ingest agent's work per unit of records: bulk decode and envelope
+    encoding, then the same with routing by sensor_id into 4 partitions and event-time tags
+    (what a keyed query's ingest does). Tuples/s of each, best of 3 passes."""
+    from processors.physical.steps import IngestRoute
+    from processors.stages.merge_stage import tag
+    from topics.columnar import RecordCodec
+    from topics.envelope import encode_envelopes
+
+    codec = RecordCodec(load_schema("reading"))
+    batch = reading_columns(unit, seed=5)
+    buf, offsets = codec.encode_many(batch.columns, unit)
+    route = IngestRoute(PARTITIONS, ("sensor_id",), progress=True)
+
+    def plain() -> None:
+        decoded = Batch.inserts(codec.decode_many(buf, offsets).columns, batch.ts)
+        encode_envelopes(decoded)
+
+    def routed() -> None:
+        decoded = Batch.inserts(codec.decode_many(buf, offsets).columns, batch.ts)
+        for _, part in route.split([decoded], 0):
+            encode_envelopes(tag(part, 0, int(part.ts.max()), 0))
+
+    rates = []
+    for work in (plain, routed):
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            for _ in range(records // unit):
+                work()
+            best = min(best, time.perf_counter() - started)
+        rates.append(records / best)
+    return rates[0], rates[1]
+
+
 def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dict[str, Any]:
     settings = load_settings()
     bootstrap = resolve_bootstrap(settings)
@@ -145,6 +181,9 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
     _say(f"envelope hop (1,000 tuples per envelope): {envelope:,.0f} tuples/s")
     envelope_5k = _envelope_rate(bootstrap, f"{run}.envelopes5k", 1000, 5000)
     _say(f"envelope hop (5,000 tuples per envelope): {envelope_5k:,.0f} tuples/s")
+    unit_plain, unit_routed = _ingest_unit_rates()
+    _say(f"ingest unit in process: {unit_plain:,.0f} tuples/s; routed by key into "
+         f"{PARTITIONS} partitions: {unit_routed:,.0f} tuples/s")  # fmt: skip
 
     results = {
         "records": records,
@@ -155,6 +194,9 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
         "envelope_tuples_per_s_5000": envelope_5k,
         "pipeline_vs_raw": pipeline / raw,
         "pipeline_vs_faust_plain": pipeline / plain,
+        "ingest_unit_tuples_per_s": unit_plain,
+        "ingest_unit_routed_tuples_per_s": unit_routed,
+        "routed_vs_plain_ingest_unit": unit_routed / unit_plain,
     }
     _print_table(results)
     return results

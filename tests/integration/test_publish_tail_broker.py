@@ -30,7 +30,8 @@ BAD = {  # line number -> text
 def _records() -> list[dict]:
     return [
         {"sensor_id": i % 9, "ts": 1_700_000_000_000 + i, "temperature": i / 8 - 3.0,
-         "humidity": i * 0.5, "site": ["north", "lab-1", "süd"][i % 3], "ok": i % 4 != 0}
+         "humidity": i * 0.5, "site": ["north", "lab-1", "süd"][i % 3], "ok": i % 4 != 0,
+         "battery": None if i % 5 == 0 else i % 100 + 0.5}
         for i in range(N)
     ]  # fmt: skip
 
