@@ -19,7 +19,7 @@ from typing import Any
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.network_query import publish, query_text, stored
-from processors.physical.runner import QueryRunner
+from processors.physical.fleet import FleetRunner
 from processors.runtime.config import load_settings, resolve_bootstrap
 from processors.workloads.network import NetworkWorkload, default_phases
 from topics.admin import ensure_topics, read_topic
@@ -69,16 +69,21 @@ def _plan(text: str) -> Any:
 
 def expected_totals(text: str, bootstrap: str, prefix: str) -> tuple[int, int, int]:
     """(total bytes, packets, packets with a size) from the stored records, replayed through
-    the same stages."""
+    the same stages on every partition, routed as the worker routes them, each input partition
+    idle at the end as the worker sees them once the data stops."""
     plan = _plan(text)
-    total = packets = sized = 0
+    fleet = FleetRunner(plan)
     for p, batches in stored(bootstrap, prefix, 4, PARTITIONS, nullable_size=True).items():
-        stages = QueryRunner(plan, p)
         for i, batch in enumerate(batches):
-            stages.push(f"r{i}", batch)
-        aggregate = stages.stage("aggregate")
-        assert aggregate is not None
-        for values in aggregate.current().values():
+            fleet.push(f"r{i}", p, batch)
+    for stream in plan.streams:
+        for p in range(PARTITIONS):
+            fleet.idle(stream.name, p)
+    total = packets = sized = 0
+    for (step, _), chain in fleet.chains.items():
+        if step != "aggregate":
+            continue
+        for values in chain.stages[0].current().values():  # type: ignore[attr-defined]
             total += int(values["total_bytes"] or 0)  # None: no size in that partition
             packets += int(values["packets"])
             sized += int(values["sized"])
