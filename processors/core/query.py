@@ -436,10 +436,10 @@ class Query:
         if info is None:
             known = ", ".join(f.name for f in spec.fields)
             raise QueryError(f"{what}: stream {ref.stream!r} has no field {ref.field!r} ({known})")
-        if info.type in ("array", "map") and not passed_through:
+        if info.type in ("array", "map", "fixed") and not passed_through:
             raise QueryError(
-                f"{what}: field {ref} is an {info.type}; arrays and maps can only be passed "
-                "through (selected, or kept by a query without select())"
+                f"{what}: field {ref} is a(n) {info.type}; arrays, maps and fixed can only be "
+                "passed through (selected, or kept by a query without select())"
             )
         return info
 

@@ -94,8 +94,8 @@ def _record_fields(
             raise QueryError(
                 f"stream {stream!r} field {name!r}: type {kind} is not supported; fields must be "
                 "boolean, int, long, float, double, string, bytes or enum, a union of null "
-                "and one of those, a (non-nullable) record of such fields, or an array or map "
-                "(passed through only); no other union, and no fixed yet"
+                "and one of those, a (non-nullable) record of such fields, or an array, map or "
+                "fixed (passed through only); no other union"
             )
         fields.append(info if branch is avro else replace(info, nullable=True))
     return fields
@@ -131,6 +131,9 @@ def _flat_field(
         return FieldInfo(name, "enum", avro, tuple(avro["symbols"]))
     if base in ("array", "map"):  # passed through as its Avro encoding, never looked into
         return FieldInfo(name, base, avro)
+    if base == "fixed":  # its bytes, passed through (a named type later fields may name)
+        _remember(named, avro, namespace)
+        return FieldInfo(name, "fixed", avro)
     return None
 
 
@@ -163,7 +166,7 @@ def output_schema(
         info = by_name[c.source.stream].field(c.source.field)
         assert info is not None
         avro = copy.deepcopy(info.avro)
-        if info.type == "enum":
+        if info.type in ("enum", "fixed"):  # named types: defined once in the result
             ns = avro.get("namespace")
             full = f"{ns}.{avro['name']}" if ns else avro["name"]
             if full not in enums:
@@ -172,8 +175,8 @@ def output_schema(
                 avro = full
             else:
                 raise QueryError(
-                    f"output field {c.name!r}: enum type {full!r} of {c.source} differs from "
-                    f"the one of {enums[full][1]}; the result record can hold only one"
+                    f"output field {c.name!r}: {info.type} type {full!r} of {c.source} differs "
+                    f"from the one of {enums[full][1]}; the result record can hold only one"
                 )
         if info.nullable:
             fields.append({"name": c.name, "type": nullable_avro(avro), "default": None})

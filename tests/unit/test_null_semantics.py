@@ -414,18 +414,27 @@ def test_nullable_fields_in_the_builder() -> None:
             "field 'u': type a union is not supported",
         ),
         (
-            lambda: Query("q").stream(
-                "e",
-                topic="t",
-                schema={
-                    "type": "record",
-                    "name": "U",
-                    "fields": [
-                        {"name": "u", "type": ["null", {"type": "fixed", "name": "F", "size": 2}]}
-                    ],  # fmt: skip
-                },
+            lambda: (
+                Query("q")
+                .stream(
+                    "e",
+                    topic="t",
+                    schema={
+                        "type": "record",
+                        "name": "U",
+                        "fields": [
+                            {
+                                "name": "u",
+                                "type": ["null", {"type": "fixed", "name": "F", "size": 2}],
+                            }
+                        ],  # fmt: skip
+                    },
+                )
+                .where(col("e.u").is_null())
+                .into("o")
+                .build()
             ),
-            "field 'u': type a nullable fixed is not supported",
+            "field e.u is a(n) fixed; arrays, maps and fixed can only be passed through",
         ),
     ],
 )

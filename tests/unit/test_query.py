@@ -213,7 +213,15 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         lambda: stream_with(bad_schema(["null", "string", "int"])),
         "field 'note': type a union",
     ),
-    ("fixed", lambda: stream_with(bad_schema({"type": "fixed", "name": "F", "size": 1})), "fixed"),
+    (
+        "nullable record",
+        lambda: stream_with(
+            bad_schema(
+                ["null", {"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}]
+            )  # fmt: skip
+        ),
+        "a nullable record is not supported",
+    ),
     ("key missing", lambda: readings(key="nope"), "stream 'r': key field 'nope' not in schema"),
     (
         "key type",
