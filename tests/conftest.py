@@ -8,9 +8,14 @@ next to the measured time that put them there.
 
 from __future__ import annotations
 
+import re
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from processors.runtime.broker import BrokerInfo, start_broker, stop_broker
 
 _HERE = Path(__file__).parent
 
@@ -18,6 +23,8 @@ _HERE = Path(__file__).parent
 FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
     # a private broker and real worker processes: tens of seconds per test
     "integration": ("integration", "slow"),
+    # the fault-injection suite: crashes, rebalances, broker cuts (docs/reliability.md)
+    "faults": ("integration", "slow", "faults"),
     # the paper-reproduction experiments and their pure parts
     "experiments": ("experiments",),
 }
@@ -45,3 +52,28 @@ def no_local_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def broker_info(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
+    """A private tansu broker (own state dir, free port), never one a developer left running;
+    started only by the tests that need one (integration and faults)."""
+    state_dir = tmp_path_factory.mktemp("broker")
+    info = start_broker(state_dir)
+    try:
+        yield info
+    finally:
+        stop_broker(state_dir)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker_info: BrokerInfo) -> str:
+    """bootstrap.servers of the session's private broker."""
+    return broker_info.bootstrap
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test (or earlier run against the same broker) uses."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:80]
+    return f"it-{stem}-{uuid.uuid4().hex[:8]}"

@@ -95,6 +95,10 @@ def _consumer(
         consumer.close()
 
 
+#: an assign-only consumer that never commits, for tools that read positions themselves
+assign_consumer = _consumer
+
+
 def _metadata(admin: AdminClient, deadline: float, bootstrap: str) -> ClusterMetadata:
     try:
         return admin.list_topics(timeout=max(_remaining(deadline), 0.1))

@@ -168,6 +168,8 @@ class OutputColumn:
 AggregateFunc = Literal["count", "sum", "avg", "min", "max"]
 #: the aggregate functions a query may use and the aggregate stage computes (the one list)
 AGGREGATE_FUNCS: tuple[str, ...] = get_args(AggregateFunc)
+#: processing guarantees a query may ask for (Query.processing_guarantee)
+GUARANTEES: tuple[str, ...] = ("at_least_once", "exactly_once")
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,8 @@ class LogicalPlan:
     #: an input partition read to its end that got nothing for this long stops holding
     #: windows, joins and aggregates back (docs/windows-and-joins.md)
     idle_timeout_ms: int = 3_000
+    #: "at_least_once" or "exactly_once" (docs/reliability.md)
+    processing_guarantee: str = "at_least_once"
     # stages after the filters of a single stream (synthetic or of a registered kind)
     operators: tuple[SyntheticOperator | OperatorNode, ...] = ()
     # how the worker's arbiter shares the processor among the agents (Query.schedule)
@@ -321,6 +325,7 @@ class LogicalPlan:
             "aggregates": [str(a) for a in self.aggregates],
             "lateness_ms": self.lateness_ms,
             "idle_timeout_ms": self.idle_timeout_ms,
+            "processing_guarantee": self.processing_guarantee,
             "operators": [str(o) for o in self.operators],
             "scheduling": self.scheduling_config.to_json(),
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],

@@ -31,7 +31,7 @@ from typing import Any
 
 from processors.core.columns import Col, Predicate, col, parse_ref
 from processors.core.equivalence import join_key
-from processors.core.ordering.config import OrderingConfig, OrderingConfigError
+from processors.core.ordering.config import OrderingConfig
 from processors.core.plan import (
     AGGREGATE_FUNCS,
     INTEGER,
@@ -48,12 +48,12 @@ from processors.core.plan import (
     SyntheticOperator,
     Window,
 )
-from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
+from processors.core.query_settings import QuerySettings
+from processors.core.scheduling.config import SchedulingConfig
 from processors.core.schema_derivation import aggregate_schema, output_schema, parse_fields
 from processors.core.validation import (
     check_costs,
     check_joins,
-    check_ordering_type,
     check_partitions,
     check_topic,
     checked_filter,
@@ -69,7 +69,7 @@ _SUB_MS = ("-micros", "-nanos")  # logical types in finer units than streamon's 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class Query:
+class Query(QuerySettings):
     """A continuous query under construction; every method returns the query for chaining."""
 
     def __init__(self, name: str) -> None:
@@ -85,6 +85,7 @@ class Query:
         self._aggregates: list[tuple[str, str, ColumnRef | None]] = []
         self._lateness_ms = 0
         self._idle_timeout_ms = 3_000
+        self._guarantee = "at_least_once"
         self._operators: list[SyntheticOperator | OperatorNode] = []
         self._scheduling: SchedulingConfig | None = None
 
@@ -217,49 +218,12 @@ class Query:
             self._aggregates.append((name, func, None if ref is None else parse_ref(ref, what)))
         return self
 
-    def lateness(self, ms: int) -> Query:
-        """How late (in event time) a tuple may arrive and still enter its window in order."""
-        if not isinstance(ms, int) or isinstance(ms, bool) or ms < 0:
-            raise QueryError(f"lateness(): must be a non-negative int of ms, got {ms!r}")
-        self._lateness_ms = ms
-        return self
-
-    def idle_timeout(self, ms: int) -> Query:
-        """How long an input partition that has been read to its end may stay quiet before
-        windows and joins stop waiting for it (default 3,000 ms)."""
-        if not isinstance(ms, int) or isinstance(ms, bool) or ms < 1:
-            raise QueryError(f"idle_timeout(): must be a positive int of ms, got {ms!r}")
-        self._idle_timeout_ms = ms
-        return self
-
     def into(self, topic: str, *, partitions: int | None = None) -> Query:
         """The result topic (one Avro record per message)."""
         if self._result is not None:
             raise QueryError(f"result topic is already {self._result[0]!r}")
         check_topic(topic, "result topic")
         self._result = (topic, check_partitions(partitions, f"result topic {topic!r}"))
-        return self
-
-    def adapt(self, algorithm: str = "agreedy", **settings: Any) -> Query:
-        """How filter stages order the filters: the algorithm and its profiling settings.
-
-        ``algorithm`` is one of agreedy (default), sweep, independent, localswaps or fixed; the
-        settings are those of :class:`OrderingConfig` (``profile_probability``,
-        ``window_tuples``, ``window_ms``, ``alpha``, ``min_profile_tuples``, ``costs``,
-        ``cost_samples``, ``seed``). Without adapt(), filters run A-Greedy with the paper's
-        defaults.
-        """
-        if self._ordering is not None:
-            raise QueryError("adapt() is given twice")
-        costs = settings.get("costs")
-        if isinstance(costs, Iterable) and not isinstance(costs, str | bytes | Mapping):
-            settings["costs"] = tuple(costs)  # a generator is read once, here
-        for name, value in settings.items():
-            check_ordering_type(name, value)
-        try:
-            self._ordering = OrderingConfig.from_mapping({"algorithm": algorithm, **settings})
-        except OrderingConfigError as exc:
-            raise QueryError(f"adapt(): {exc}") from exc
         return self
 
     def operator(self, name: str, *, cost_us: float, selectivity: float, key: str) -> Query:
@@ -301,20 +265,6 @@ class Query:
                     "boolean or None"
                 )
         self._operators.append(OperatorNode(kind, name, tuple(sorted(params.items()))))
-        return self
-
-    def schedule(self, policy: str = "chain", **settings: Any) -> Query:
-        """How the worker shares its processor among the query's agents (Babcock et al.):
-        ``chain`` (default), ``chain-flush`` (with ``latency_ms``), ``mixed`` (with ``gamma``),
-        ``fifo``, ``round-robin``, ``greedy``, or ``off``; ``grant_tuples`` bounds the tuples an
-        agent processes per turn. The policy can be changed at run time (``streamon control``).
-        """
-        if self._scheduling is not None:
-            raise QueryError("schedule() is given twice")
-        try:
-            self._scheduling = SchedulingConfig.from_mapping({"policy": policy, **settings})
-        except (SchedulingConfigError, TypeError) as exc:
-            raise QueryError(f"schedule(): {exc}") from exc
         return self
 
     def build(self) -> LogicalPlan:
@@ -366,6 +316,7 @@ class Query:
             aggregates=aggregates,
             lateness_ms=self._lateness_ms,
             idle_timeout_ms=self._idle_timeout_ms,
+            processing_guarantee=self._guarantee,
             operators=operators,
             scheduling=self._scheduling,
         )

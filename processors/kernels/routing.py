@@ -70,3 +70,53 @@ def split_by_partition(parts: np.ndarray, partitions: int) -> list[np.ndarray]:
     order = np.argsort(parts, kind="stable")
     bounds = np.searchsorted(parts[order], np.arange(partitions + 1))
     return [order[bounds[q] : bounds[q + 1]] for q in range(partitions)]
+
+
+@njit(cache=True)
+def _murmur2(offsets: np.ndarray, data: np.ndarray, partitions: int) -> np.ndarray:
+    mask = np.uint64(0xFFFFFFFF)
+    m = np.uint64(0x5BD1E995)
+    out = np.empty(offsets.shape[0] - 1, np.int32)
+    for row in range(offsets.shape[0] - 1):
+        start = offsets[row]
+        length = offsets[row + 1] - start
+        h = (np.uint64(0x9747B28C) ^ np.uint64(length)) & mask
+        whole = length // 4
+        for i in range(whole):
+            at = start + 4 * i
+            k = (
+                np.uint64(data[at])
+                | (np.uint64(data[at + 1]) << np.uint64(8))
+                | (np.uint64(data[at + 2]) << np.uint64(16))
+                | (np.uint64(data[at + 3]) << np.uint64(24))
+            )
+            k = (k * m) & mask
+            k ^= k >> np.uint64(24)
+            k = (k * m) & mask
+            h = (h * m) & mask
+            h ^= k
+        tail = start + 4 * whole
+        rest = length % 4
+        if rest == 3:
+            h ^= np.uint64(data[tail + 2]) << np.uint64(16)
+        if rest >= 2:
+            h ^= np.uint64(data[tail + 1]) << np.uint64(8)
+        if rest >= 1:
+            h ^= np.uint64(data[tail])
+            h = (h * m) & mask
+        h ^= h >> np.uint64(13)
+        h = (h * m) & mask
+        h ^= h >> np.uint64(15)
+        out[row] = np.int32((h & np.uint64(0x7FFFFFFF)) % np.uint64(partitions))
+    return out
+
+
+def kafka_partitions(keys: Any, partitions: int) -> np.ndarray:
+    """The partition Kafka's default partitioner (Java's, and librdkafka's ``murmur2_random``)
+    gives each key of a binary column: ``(murmur2(key) & 0x7fffffff) % partitions``.
+
+    Exactly-once output must know where each keyed result goes before it is sent, to tell later
+    which of them a partition already holds (:mod:`processors.runtime.outbox`)."""
+    if partitions < 1:
+        raise ValueError(f"partitions must be >= 1, got {partitions}")
+    return _murmur2(np.asarray(keys.offsets, np.int64), np.asarray(keys.data, np.uint8), partitions)

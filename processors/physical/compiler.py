@@ -69,7 +69,7 @@ def _simple(plan: LogicalPlan) -> PhysicalPlan:
         TopicSpec(plan.result_topic, plan.result_partitions or 1),
     ]
     state = None
-    if any(step.stateful for step in steps):
+    if any(step.stateful for step in steps) or plan.processing_guarantee == "exactly_once":
         state = state_topic(plan.name)
         specs.append(TopicSpec(state, 1, compacted=True))
     return PhysicalPlan(

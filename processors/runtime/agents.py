@@ -106,18 +106,23 @@ def _envelope_agent(
         async for event in events.events():
             message = event.message
             cursor.at(message.topic, message.partition, message.offset)
+            if message.offset < ctx.floor(name, message.topic, message.partition):
+                continue  # committed before a restart (exactly-once)
             arrival = None if message.timestamp is None else int(message.timestamp * 1000)
             estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
             async with ctx.arbiter.turn(name, arrival_s(arrival), estimate):
                 started = time.perf_counter_ns()
-                batch, outputs = _guarded(ctx, stats, name, message, work)
-                n_out, written = emit(outputs, message.partition, arrival)
+                with ctx.unit(name, message.partition):
+                    batch, outputs = _guarded(ctx, stats, name, message, work)
+                    n_out, written = emit(outputs, message.partition, arrival)
                 n_in = 0 if batch is None else len(batch)
                 elapsed = time.perf_counter_ns() - started
                 stats.record(n_in, n_out, elapsed, 1, len(message.value), written)
                 stats.positions[message.partition] = message.offset + 1
+                ctx.done(name, message.partition, message.topic, message.offset + 1)
 
     ctx.app.agent(source, name=name)(guard_agent(name, run))
+    ctx.register(name, [in_topic])
     return stats
 
 

@@ -12,12 +12,14 @@ escaping an agent: the worker exits with 70, naming the agent and the input it w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from processors.core.batch import Batch
 from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES, DEFAULT_QUANTUM_MS
@@ -27,6 +29,9 @@ from processors.runtime.faust_bulk import BulkApp, RecordBlock
 from processors.runtime.producer import RecordProducer
 from processors.runtime.stats import AgentStats, StatsBoard
 from topics.envelope import encode_envelopes
+
+if TYPE_CHECKING:
+    from processors.runtime.exactly_once import ExactlyOnce
 
 log = logging.getLogger(__name__)
 
@@ -113,13 +118,35 @@ class AgentContext:
     app: BulkApp
     board: StatsBoard
     dead_letters: DeadLetters
-    producer: RecordProducer
+    #: where outputs go: the worker's producer, or in exactly-once mode the commit protocol
+    producer: RecordProducer | ExactlyOnce
     #: who processes next (disabled: Faust's own order)
     arbiter: Arbiter = field(default_factory=lambda: Arbiter(enabled=False))
     #: most tuples (or records) an agent processes per turn
     grant_tuples: int = DEFAULT_GRANT_TUPLES
     #: how long a turn should last: an agent's turn holds about this much of its measured work
     quantum_s: float = DEFAULT_QUANTUM_MS / 1000.0
+    #: the exactly-once commit protocol (None: at-least-once)
+    eo: ExactlyOnce | None = None
+
+    def unit(self, agent: str, partition: int) -> AbstractContextManager[None]:
+        """Around the synchronous code that processes ``agent``'s input of ``partition``: in
+        exactly-once mode, what it produces belongs to that unit's epoch."""
+        return self.eo.unit(agent, partition) if self.eo is not None else contextlib.nullcontext()
+
+    def done(self, agent: str, partition: int, topic: str, next_offset: int) -> None:
+        """A stateless unit processed its input up to ``next_offset`` (exclusive)."""
+        if self.eo is not None:
+            self.eo.done(agent, partition, topic, next_offset)
+
+    def floor(self, agent: str, topic: str, partition: int) -> int:
+        """Input of ``topic[partition]`` below this offset is already committed: skip it."""
+        return 0 if self.eo is None else self.eo.floor(agent, topic, partition)
+
+    def register(self, agent: str, in_topics: Iterable[str], units: Any = None) -> None:
+        """An agent's outputs go through the exactly-once protocol, if there is one."""
+        if self.eo is not None:
+            self.eo.register(agent, in_topics, units)
 
     def turn_tuples(self, stats: AgentStats, cap: int | None = None) -> int:
         """Tuples for the agent's next turn: a quantum of its measured per-tuple time, at least

@@ -44,6 +44,9 @@ from faust.types.tuples import ConsumerMessage
 
 #: Called before offsets are committed; must make every output of the acked events durable.
 FlushHook = Callable[[], Awaitable[None]]
+#: The highest offset that may be committed for a partition (None: no limit). Exactly-once mode
+#: stores input positions itself; the group's offsets must never run ahead of them.
+CommitCap = Callable[[TP], int | None]
 
 
 class RecordBlock:
@@ -69,6 +72,14 @@ class RecordBlock:
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def from_offset(self, offset: int) -> RecordBlock:
+        """The records at ``offset`` and after (the block itself if all are)."""
+        if not self.offsets or self.offsets[0] >= offset:
+            return self
+        i = bisect.bisect_left(self.offsets, offset)
+        return RecordBlock(self.topic, self.partition, self.offsets[i:], self.timestamps[i:],
+                           self.keys[i:], self.values[i:])  # fmt: skip
 
     def split(self, max_records: int) -> list[RecordBlock]:
         """Consecutive runs of at most ``max_records`` records (the block itself if it fits)."""
@@ -118,6 +129,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
     bulk_topics: frozenset[str] = frozenset()
     flush_hooks: list[FlushHook] = []
     fetch_wait_ms: int = 1500
+    commit_cap: CommitCap | None = None
     #: True while the records of one fetch are being handed to the agents (the arbiter waits
     #: for the round to finish, so that every agent with input competes for the next turn)
     delivering: bool = False
@@ -160,6 +172,11 @@ class BulkConsumer(faust_aiokafka.Consumer):
             if begin > end:
                 break
             end = max(end, stop)
+        cap = self.commit_cap(tp) if self.commit_cap is not None else None
+        if cap is not None:  # exactly-once: never past what the commit protocol stored
+            if cap <= (committed or 0) or cap <= start:
+                return None
+            end = min(end, cap)
         done = bisect.bisect_left(acked, end)
         self._acked_index[tp].difference_update(acked[:done])
         del acked[:done]
@@ -301,6 +318,10 @@ class BulkApp(faust.App):
         self.bulk_topics = frozenset(bulk_topics)
         self.flush_hooks: list[FlushHook] = []
         self.fetch_wait_ms = int(fetch_wait_ms)
+        self.commit_cap: CommitCap | None = None
+
+    def _commit_cap(self, tp: TP) -> int | None:
+        return self.commit_cap(tp) if self.commit_cap is not None else None
 
     def _new_transport(self) -> Any:
         consumer_cls = type(
@@ -310,6 +331,7 @@ class BulkApp(faust.App):
                 "bulk_topics": self.bulk_topics,
                 "flush_hooks": self.flush_hooks,
                 "fetch_wait_ms": self.fetch_wait_ms,
+                "commit_cap": staticmethod(self._commit_cap),
             },
         )
         transport_cls = type("AppBulkTransport", (BulkTransport,), {"Consumer": consumer_cls})

@@ -33,6 +33,7 @@ from processors.runtime.context import (
 from processors.runtime.event_progress import NO_TS, EventProgress
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.stats import AgentStats
+from processors.stages.merge_stage import SOURCE
 from topics.columnar import RecordCodec
 
 log = logging.getLogger(__name__)
@@ -173,15 +174,19 @@ def add_ingest_agent(
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            block = block.from_offset(ctx.floor(name, block.topic, block.partition))
             for unit in block.split(ctx.turn_tuples(stats)):
                 if not len(unit):
                     continue
                 cursor.at(unit.topic, unit.partition, unit.offsets[0], unit.offsets[-1])
                 arrival = unit.arrival_ms()
                 async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit)):
-                    ingest_unit(unit, arrival)
+                    with ctx.unit(name, unit.partition):
+                        ingest_unit(unit, arrival)
+                    ctx.done(name, unit.partition, unit.topic, unit.offsets[-1] + 1)
 
     ctx.app.agent(source, name=name)(guard_agent(name, ingest))
+    ctx.register(name, [source_topic])
     if progress is not None:
         _progress_timer(ctx, name, source_topic, stats, progress, send)
     return stats
@@ -219,7 +224,10 @@ def _progress_timer(
         try:
             idle_before = progress.idle_marks
             for target, mark in progress.tick(held(), caught_up, time.monotonic()):
-                send(mark, target, None)
+                # a mark must not overtake the tuples it speaks of: in exactly-once mode those
+                # wait in their unit's outbox, so the mark joins them there
+                with ctx.unit(name, int(mark.meta[SOURCE])):
+                    send(mark, target, None)
             if progress.idle_marks > idle_before:
                 idle = sorted(p for p, src in progress.sources.items() if src.idle_sent_s)
                 log.info("%s: input partitions %s of %s idle (read to the end, nothing new for "

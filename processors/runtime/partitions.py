@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processors.core.state_codec import SnapshotError
 from processors.runtime.context import EXIT_BAD_STATE, stop_worker
 from processors.runtime.state import StateRestoreError, StateSnapshots
+
+if TYPE_CHECKING:
+    from processors.runtime.exactly_once import ExactlyOnce
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ class PartitionUnits:
         agent: str,
         in_topics: Iterable[str],
         make: Callable[[int], Any],
-        snapshots: StateSnapshots | None = None,
+        snapshots: StateSnapshots | ExactlyOnce | None = None,
         reset_state: bool = False,
     ) -> None:
         self.agent = agent
@@ -114,6 +117,9 @@ class PartitionUnits:
     async def save(self, flush: Callable[[], Awaitable[None]]) -> None:
         """Before offsets commit: every changed partition's state, durable."""
         if self.snapshots is None:
+            return
+        if not isinstance(self.snapshots, StateSnapshots):  # exactly-once: its commit takes them
+            await flush()
             return
         wrote = False
         for p, held in sorted(self.held.items()):

@@ -75,6 +75,7 @@ class RecordProducer:
         key: bytes | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         """One message; ``timestamp_ms`` (default: now) is its Kafka timestamp. Envelopes carry
         the arrival time of the oldest tuple they hold, so that the next agent knows how long
@@ -84,6 +85,8 @@ class RecordProducer:
             kwargs["partition"] = partition
         if timestamp_ms is not None:
             kwargs["timestamp"] = timestamp_ms
+        if headers:
+            kwargs["headers"] = headers
         self._produce(topic, value, kwargs)
 
     def _produce(self, topic: str, value: bytes, kwargs: dict[str, object]) -> None:

@@ -64,6 +64,7 @@ def add_stage_agent(
         return ctx.emit(name, out_topic, outputs, partition, arrival_ms)
 
     units.connect(ctx.app, ctx.flush)
+    ctx.register(name, [in_topic])
     plan = units.plan
     if bulk:
         batch_tuples = min(max_batch_tuples, ctx.grant_tuples)
@@ -196,24 +197,31 @@ def _bulk_stage_agent(
                 cursor.at(block.topic, block.partition, block.offsets[0], block.offsets[-1])
             decode_started = time.perf_counter_ns()
             decoded: list[tuple[int, Batch]] = []
-            for index, value in enumerate(block.values):
-                try:
-                    decoded.append((index, decode_batch(value or b"")))
-                except Exception as exc:
-                    dead_letter(block, index, f"bad batch envelope: {exc}")
+            floor = ctx.floor(name, block.topic, block.partition)
+            with ctx.unit(name, block.partition):
+                for index, value in enumerate(block.values):
+                    if block.offsets[index] < floor:
+                        continue  # committed before a restart
+                    try:
+                        decoded.append((index, decode_batch(value or b"")))
+                    except Exception as exc:
+                        dead_letter(block, index, f"bad batch envelope: {exc}")
             block_rows.clear()
             block_rows.update((index, len(batch)) for index, batch in decoded)
             # decoding happens before the turns (grouping needs the batches); charge it to the
             # first group, so that the agent's busy time stays whole
             decode_ns = time.perf_counter_ns() - decode_started
             limit = ctx.turn_tuples(stats, max_batch_tuples)
-            for group in _runs(_pieces(decoded, limit), limit):
+            # exactly-once commits whole envelopes: no envelope is cut into turns
+            cut = limit if ctx.eo is None else 1 << 62
+            for group in _runs(_pieces(decoded, cut), limit):
                 first, (last, _, last_done, _) = group[0][0], group[-1]
                 n_in = sum(len(piece[1]) for piece in group)
                 arrival = block.arrival_ms(first, last + 1)
                 async with ctx.arbiter.turn(name, arrival_s(arrival), n_in):
                     started = time.perf_counter_ns()
-                    n_out, written = process_group(block, group)
+                    with ctx.unit(name, block.partition):
+                        n_out, written = process_group(block, group)
                     # an envelope's bytes count once, with its last piece
                     nbytes = sum(len(block.values[p[0]] or b"") for p in group if p[2])
                     elapsed = time.perf_counter_ns() - started + decode_ns
@@ -222,8 +230,10 @@ def _bulk_stage_agent(
                     stats.record(n_in, n_out, elapsed, envelopes, nbytes, written)
                     done = block.offsets[last] + 1 if last_done else block.offsets[last]
                     stats.positions[block.partition] = done
+                    ctx.done(name, block.partition, block.topic, done)
             if block.offsets:
                 stats.positions[block.partition] = block.offsets[-1] + 1
+                ctx.done(name, block.partition, block.topic, block.offsets[-1] + 1)
 
     ctx.app.agent(source, name=name)(guard_agent(name, run))
     return stats

@@ -50,11 +50,14 @@ class StateRestoreError(RuntimeError):
 @dataclass(frozen=True)
 class StoredSnapshot:
     """A snapshot read back: the input positions it reflects and the stage chain's bytes;
-    ``where`` names its header record for error messages."""
+    ``where`` names its header record for error messages. In exactly-once mode it is a unit's
+    commit record: ``outbox`` holds the epoch's outputs (:mod:`processors.runtime.outbox`)."""
 
     positions: dict[str, int]
     data: bytes
     where: tuple[str, int, int, str]  # topic, partition, offset, key
+    epoch: int = 0
+    outbox: bytes = b""
 
     def error(self, reason: str) -> StateRestoreError:
         return StateRestoreError(*self.where, reason)
@@ -74,19 +77,52 @@ class StateSnapshots:
         self.saved = 0
         self.saved_bytes = 0
         self.loaded = 0
+        #: chunk keys of the latest record of each header key this process wrote or read: once
+        #: a newer header is written they are deleted (tombstones, for a compacted topic)
+        self._live: dict[str, list[str]] = {}
 
-    def save(self, agent: str, partition: int, positions: dict[str, int], data: bytes) -> int:
-        """Queue one snapshot (flush the producer to make it durable); returns its size."""
-        epoch = time.time_ns()
-        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)]
+    def save(
+        self,
+        agent: str,
+        partition: int,
+        positions: dict[str, int],
+        data: bytes,
+        outbox: bytes = b"",
+        epoch: int | None = None,
+    ) -> int:
+        """Queue one snapshot (flush the producer to make it durable); returns its size.
+
+        The header goes after its chunks: with one producer, a header in the log means its
+        chunks are there too. ``outbox`` (exactly-once mode) is stored the same way."""
+        epoch = time.time_ns() if epoch is None else epoch
         base = _header_key(agent, partition)
-        for i, chunk in enumerate(chunks or [b""]):
-            self.producer.produce(self.topic, chunk, key=f"{base}/{epoch}/{i}".encode())
-        header = {"positions": positions, "chunks": max(len(chunks), 1), "epoch": epoch}
+        keys = self._chunks(base, f"{base}/{epoch}/", data) + self._chunks(
+            base, f"{base}/{epoch}/o", outbox
+        )
+        n_data = max(-(-len(data) // CHUNK_BYTES), 1)
+        header = {"positions": positions, "chunks": n_data, "epoch": epoch}
+        if outbox:
+            header["outbox"] = len(keys) - n_data
         self.producer.produce(self.topic, json.dumps(header).encode(), key=base.encode())
+        for old in self._live.get(base, []):
+            self.producer.produce(self.topic, None, key=old.encode())  # type: ignore[arg-type]
+        self._live[base] = keys
         self.saved += 1
-        self.saved_bytes += len(data)
+        self.saved_bytes += len(data) + len(outbox)
         return len(data)
+
+    def _chunks(self, base: str, prefix: str, data: bytes) -> list[str]:
+        """Queue ``data`` in chunks keyed ``prefix<i>`` (one empty chunk if none); their keys."""
+        if not data and prefix.endswith("/o"):
+            return []
+        keys = []
+        for i in range(max(-(-len(data) // CHUNK_BYTES), 1)):
+            key = f"{prefix}{i}"
+            self.producer.produce(
+                self.topic, data[i * CHUNK_BYTES : (i + 1) * CHUNK_BYTES], key=key.encode()
+            )
+            keys.append(key)
+        return keys
 
     def load(self, agent: str, partition: int) -> StoredSnapshot | None:
         """The latest snapshot of ``agent``'s ``partition``, or None if it has none.
@@ -106,17 +142,22 @@ class StateSnapshots:
         if header is None:
             return None
         where = (self.topic, header.partition, header.offset, base)
-        positions, n, epoch = _parse_header(header.value, StoredSnapshot({}, b"", where))
-        parts = [chunks.get(f"{base}/{epoch}/{i}") for i in range(n)]
-        missing = [i for i, p in enumerate(parts) if p is None]
+        positions, n, epoch, n_out = _parse_header(header.value, StoredSnapshot({}, b"", where))
+        keys = [f"{base}/{epoch}/{i}" for i in range(n)]
+        out_keys = [f"{base}/{epoch}/o{i}" for i in range(n_out)]
+        parts = [chunks.get(k) for k in keys + out_keys]
+        missing = [k for k, p in zip(keys + out_keys, parts, strict=True) if p is None]
         if missing:
-            raise StateRestoreError(*where, f"chunks {missing} of {n} (epoch {epoch}) are missing")
+            raise StateRestoreError(*where, f"chunks {missing} (epoch {epoch}) are missing")
         self.loaded += 1
-        return StoredSnapshot(positions, b"".join(p for p in parts if p is not None), where)
+        self._live[base] = keys + out_keys
+        data = b"".join(p or b"" for p in parts[:n])
+        outbox = b"".join(p or b"" for p in parts[n:])
+        return StoredSnapshot(positions, data, where, epoch, outbox)
 
 
-def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, int], int, int]:
-    """(positions, chunks, epoch) of a header record, checked field by field."""
+def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, int], int, int, int]:
+    """(positions, chunks, epoch, outbox chunks) of a header record, checked field by field."""
     try:
         header: Any = json.loads(value or b"")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -132,4 +173,7 @@ def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, in
         raise at.error(f"header announces {n!r} chunks (1..{MAX_CHUNKS})")
     if not isinstance(epoch, int):
         raise at.error(f"header epoch {epoch!r} is not an integer")
-    return positions, n, epoch
+    n_out = header.get("outbox", 0)
+    if not isinstance(n_out, int) or not 0 <= n_out <= MAX_CHUNKS:
+        raise at.error(f"header announces {n_out!r} outbox chunks (0..{MAX_CHUNKS})")
+    return positions, n, epoch, n_out

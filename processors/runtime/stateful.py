@@ -31,6 +31,7 @@ from processors.runtime.context import (
     fatal,
     guard_agent,
 )
+from processors.runtime.exactly_once import ExactlyOnce
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.layouts import Layout, layout_of, mismatch
 from processors.runtime.partitions import Held, PartitionUnits
@@ -49,7 +50,7 @@ def add_stateful_agent(
     out_topic: str,
     out_partitions: int,
     make_chain: Callable[[int], StageChain],
-    snapshots: StateSnapshots,
+    snapshots: StateSnapshots | ExactlyOnce,
     reset_state: bool = False,
     layouts: Mapping[str, Layout] | None = None,
     progress: bool = False,
@@ -164,10 +165,13 @@ def add_stateful_agent(
                 async with ctx.arbiter.turn(name, arrival_s(arrival), queued):
                     if units.held.get(block.partition) is not part:
                         break  # revoked while waiting: its new owner redoes the rest
-                    index = push_some(part, block, index, start_at, limit, cursor)
-            stage_dead_letters(part, block)
+                    with ctx.unit(name, block.partition):
+                        index = push_some(part, block, index, start_at, limit, cursor)
+            with ctx.unit(name, block.partition):
+                stage_dead_letters(part, block)
 
     units.connect(ctx.app, ctx.flush)
+    ctx.register(name, in_topics, units)
     source = ctx.app.topic(*in_topics, value_serializer="raw", key_serializer="raw")
     ctx.app.agent(source, name=name)(guard_agent(name, run))
     stats.new_events = units.events

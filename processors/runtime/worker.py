@@ -30,6 +30,7 @@ from processors.runtime.arbiter import Arbiter
 from processors.runtime.context import AgentContext
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
+from processors.runtime.exactly_once import ExactlyOnce
 from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.ingest import add_ingest_agent
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
@@ -132,14 +133,23 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     board = StatsBoard(options.worker_id, plan.name)
     config = plan.scheduling_config
     arbiter = Arbiter(busy=lambda: bool(getattr(app.consumer, "delivering", False)))
+    snapshots = None
+    if pipeline.state_topic is not None:
+        snapshots = StateSnapshots(options.bootstrap, pipeline.state_topic, producer)
+    eo = None
+    if plan.processing_guarantee == "exactly_once":
+        assert snapshots is not None  # the compiler gives every exactly-once plan a state topic
+        eo = ExactlyOnce(producer, snapshots, options.bootstrap, options.kafka, options.reset_state)
+    output = producer if eo is None else eo
     ctx = AgentContext(
         app,
         board,
-        DeadLetters(producer, DEAD_LETTER_TOPIC, options.worker_id),
-        producer,
+        DeadLetters(output, DEAD_LETTER_TOPIC, options.worker_id),
+        output,
         arbiter,
         config.grant_tuples,
         config.quantum_ms / 1000.0,
+        eo,
     )
     app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
     scheduling = Scheduling(
@@ -169,10 +179,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             route=pipeline.ingest_routes[stream.name],
             idle_timeout_ms=plan.idle_timeout_ms,
         )
-    snapshots = None
-    if pipeline.state_topic is not None:
-        snapshots = StateSnapshots(options.bootstrap, pipeline.state_topic, producer)
-    layouts = expected_layouts(plan) if snapshots is not None else {}
+    layouts = expected_layouts(plan) if any(step.stateful for step in pipeline.steps) else {}
     for step in pipeline.steps:
         if step.stateful:
             assert snapshots is not None
@@ -183,7 +190,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
                 out_topic=step.out_topic,
                 out_partitions=step.out_partitions,
                 make_chain=_warmed(chain_factory(plan, step)),
-                snapshots=snapshots,
+                snapshots=snapshots if eo is None else eo,
                 reset_state=options.reset_state,
                 layouts=layouts,
                 progress=step.progress,
@@ -205,6 +212,8 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         result_topic=plan.result_topic,
         result_partitions=plan.result_partitions or 1,
     )
+    if eo is not None:
+        eo.connect(app)
 
     def backlog(stats: Any) -> tuple[int, int]:
         return backlog_of(app, stats)
@@ -232,6 +241,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             "stats": board.snapshot(backlog),
             "scheduling": scheduling.snapshot(),
             "assignment": _assignment(app),
+            "exactly_once": None if eo is None else eo.stats(),
         }
         return web.json(body)
 

@@ -1,0 +1,84 @@
+"""The settings part of :class:`processors.core.query.Query`: how a query runs rather than what
+it computes (lateness, idle inputs, filter ordering, scheduling, the processing guarantee)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Self
+
+from processors.core.ordering.config import OrderingConfig, OrderingConfigError
+from processors.core.plan import GUARANTEES, QueryError
+from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
+from processors.core.validation import check_ordering_type
+
+
+class QuerySettings:
+    """Methods that set how the query runs; each returns the query for chaining."""
+
+    _lateness_ms: int
+    _idle_timeout_ms: int
+    _ordering: OrderingConfig | None
+    _scheduling: SchedulingConfig | None
+    _guarantee: str
+
+    def lateness(self, ms: int) -> Self:
+        """How late (in event time) a tuple may arrive and still enter its window in order."""
+        if not isinstance(ms, int) or isinstance(ms, bool) or ms < 0:
+            raise QueryError(f"lateness(): must be a non-negative int of ms, got {ms!r}")
+        self._lateness_ms = ms
+        return self
+
+    def idle_timeout(self, ms: int) -> Self:
+        """How long an input partition that has been read to its end may stay quiet before
+        windows and joins stop waiting for it (default 3,000 ms)."""
+        if not isinstance(ms, int) or isinstance(ms, bool) or ms < 1:
+            raise QueryError(f"idle_timeout(): must be a positive int of ms, got {ms!r}")
+        self._idle_timeout_ms = ms
+        return self
+
+    def adapt(self, algorithm: str = "agreedy", **settings: Any) -> Self:
+        """How filter stages order the filters: the algorithm and its profiling settings.
+
+        ``algorithm`` is one of agreedy (default), sweep, independent, localswaps or fixed; the
+        settings are those of :class:`OrderingConfig` (``profile_probability``,
+        ``window_tuples``, ``window_ms``, ``alpha``, ``min_profile_tuples``, ``costs``,
+        ``cost_samples``, ``seed``). Without adapt(), filters run A-Greedy with the paper's
+        defaults.
+        """
+        if self._ordering is not None:
+            raise QueryError("adapt() is given twice")
+        costs = settings.get("costs")
+        if isinstance(costs, Iterable) and not isinstance(costs, str | bytes | Mapping):
+            settings["costs"] = tuple(costs)  # a generator is read once, here
+        for name, value in settings.items():
+            check_ordering_type(name, value)
+        try:
+            self._ordering = OrderingConfig.from_mapping({"algorithm": algorithm, **settings})
+        except OrderingConfigError as exc:
+            raise QueryError(f"adapt(): {exc}") from exc
+        return self
+
+    def schedule(self, policy: str = "chain", **settings: Any) -> Self:
+        """How the worker shares its processor among the query's agents (Babcock et al.):
+        ``chain`` (default), ``chain-flush`` (with ``latency_ms``), ``mixed`` (with ``gamma``),
+        ``fifo``, ``round-robin``, ``greedy``, or ``off``; ``grant_tuples`` bounds the tuples an
+        agent processes per turn. The policy can be changed at run time (``streamon control``).
+        """
+        if self._scheduling is not None:
+            raise QueryError("schedule() is given twice")
+        try:
+            self._scheduling = SchedulingConfig.from_mapping({"policy": policy, **settings})
+        except (SchedulingConfigError, TypeError) as exc:
+            raise QueryError(f"schedule(): {exc}") from exc
+        return self
+
+    def processing_guarantee(self, guarantee: str) -> Self:
+        """``"at_least_once"`` (default: a crash may repeat results, never lose them) or
+        ``"exactly_once"``: every result once through crashes and rebalances, at the price of
+        results leaving each hop at its commit (docs/reliability.md)."""
+        if guarantee not in GUARANTEES:
+            raise QueryError(
+                f"processing_guarantee(): {guarantee!r} is not one of {', '.join(GUARANTEES)}"
+            )
+        self._guarantee = guarantee
+        return self

@@ -1,0 +1,133 @@
+"""What the fault tests share: query files, publishing, exact reading of results and dead
+letters, and a worker that is killed at random moments."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch
+from processors.core.batch import Batch
+from processors.physical.compiler import compile_plan
+from processors.runtime.producer import SIGN_HEADER
+from processors.runtime.worker import topic_specs
+from processors.workloads.examples import reading_columns
+from topics.admin import ensure_topics, read_topic
+from topics.avro import SchemaStore, decode_single_object, load_schema
+
+
+def plan_of(path: Path):  # the test's own query text, built here
+    scope: dict = {}
+    exec(path.read_text(), scope)  # noqa: S102
+    return scope["query"].build()
+
+
+def write_query(tmp_path: Path, text: str):
+    """The query file and its plan, with its topics made."""
+    path = tmp_path / "query.py"
+    path.write_text(text)
+    return path, plan_of(path)
+
+
+def make_topics(bootstrap: str, plan) -> None:
+    ensure_topics(bootstrap, topic_specs(compile_plan(plan)))
+
+
+def publish(bootstrap: str, topic: str, batch: Batch) -> None:
+    publish_batch(bootstrap, topic, batch, load_schema("reading"))
+
+
+def result_rows(bootstrap: str, topic: str, schema: dict, fields: tuple[str, ...]) -> Counter:
+    """Every record of the result topic as a row of ``fields``, deletes counted negative."""
+    store = SchemaStore(load=False)
+    store.add(schema)
+    rows: Counter = Counter()
+    for record in read_topic(bootstrap, topic):
+        row = decode_single_object(record.value, schema, store)
+        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
+        rows[tuple(row[f] for f in fields)] += sign
+    return rows
+
+
+def start(tmp_path: Path, bootstrap: str, path: Path, n: int, *flags: str) -> WorkerProcess:
+    return WorkerProcess(
+        path, bootstrap=bootstrap, state_dir=tmp_path / "state", worker_id=f"w-{n}",
+        extra_args=list(flags),
+    )  # fmt: skip
+
+
+class Publisher:
+    """Publishes batches of readings on a thread, one every ``every_s``, until stopped: the
+    input keeps flowing while workers crash. ``batches``: what was published, for the oracle."""
+
+    def __init__(self, bootstrap: str, topic: str, rows: int = 15_000, every_s: float = 0.5):
+        self.bootstrap, self.topic, self.rows, self.every_s = bootstrap, topic, rows, every_s
+        self.batches: list[Batch] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            n = len(self.batches) + 1
+            batch = reading_columns(self.rows, seed=n, start_ms=n * 10**9)
+            publish(self.bootstrap, self.topic, batch)
+            self.batches.append(batch)
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> Publisher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def kill_during(
+    tmp_path: Path,
+    bootstrap: str,
+    path: Path,
+    result: str,
+    kills: int,
+    seed: int,
+) -> tuple[WorkerProcess, list[str]]:
+    """Start a worker and SIGKILL it ``kills`` times while it works: each kill comes once the
+    worker has written results (it is past start-up and processing), plus a random 0-1.5 s, so
+    that kills fall anywhere in a commit cycle (processing, snapshotting, sending, committing).
+    Returns the worker left running and the logs of the killed ones."""
+    rng = random.Random(seed)
+    logs = []
+    for n in range(kills):
+        worker = start(tmp_path, bootstrap, path, n)
+        before = wait_for_count(bootstrap, result, 0, 1)
+        wait_for_count(bootstrap, result, before + 1_000, 120, [worker])
+        time.sleep(rng.uniform(0.0, 1.5))
+        worker.kill()
+        logs.append(worker.log_tail(30))
+    return start(tmp_path, bootstrap, path, kills), logs
+
+
+def wait_until(check: Callable[[], bool], timeout: float, workers: list[WorkerProcess]) -> None:
+    """Poll ``check`` every half second until true or ``timeout``; a worker that exits fails."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for worker in workers:
+            if not worker.running:
+                raise RuntimeError(f"worker exited with {worker.proc.returncode}:\n"
+                                   f"{worker.log_tail()}")  # fmt: skip
+        time.sleep(0.5)
+
+
+def settle(bootstrap: str, topic: str, want: int, workers: list[WorkerProcess]) -> int:
+    """Wait for ``want`` records on ``topic``, then for two quiet seconds (anything extra
+    would show up by then); returns the final count."""
+    wait_for_count(bootstrap, topic, want, 180, workers)
+    time.sleep(2.0)
+    return wait_for_count(bootstrap, topic, want, 1, workers)
