@@ -300,10 +300,19 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[TopicR
 
     Exact (no group, no commits), for tests and tools; records produced after the call are left out.
     """
+    records: dict[int, list[TopicRecord]] = {}
+    for record in iter_topic(bootstrap, topic, timeout):
+        records.setdefault(record.partition, []).append(record)
+    return [record for part in sorted(records) for record in records[part]]
+
+
+def iter_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> Iterator[TopicRecord]:
+    """What :func:`read_topic` returns, one record at a time (partitions interleaved, each in
+    order): a large topic is never held in memory whole."""
     deadline = time.monotonic() + timeout
     marks = _watermarks(bootstrap, topic, timeout)
     todo = {part: mark for part, mark in marks.items() if mark[1] > mark[0]}
-    records: dict[int, list[TopicRecord]] = {part: [] for part in sorted(marks)}
+    got = dict.fromkeys(todo, 0)
     with _consumer(bootstrap) as consumer:
         consumer.assign([TopicPartition(topic, p, low) for p, (low, _high) in todo.items()])
         pending = set(todo)
@@ -320,14 +329,14 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[TopicR
                         pending.discard(part)
                     continue
                 if offset < high:
-                    records[part].append(_record(msg))
+                    got[part] += 1
+                    yield _record(msg)
                 if offset >= high - 1:
                     pending.discard(part)
             if pending and time.monotonic() >= deadline:
-                got = {p: len(records[p]) for p in sorted(pending)}
+                read = {p: got[p] for p in sorted(pending)}
                 ends = {p: todo[p] for p in sorted(pending)}
                 raise TopicError(
-                    f"read_topic({topic}) timed out after {timeout}s: read {got} records of "
+                    f"read_topic({topic}) timed out after {timeout}s: read {read} records of "
                     f"partitions still pending, (start, end) offsets {ends}"
                 )
-    return [record for part in records for record in records[part]]

@@ -35,6 +35,7 @@ PARTITIONS = 4
 QUERY = """\
 from processors.workloads.examples import readings_passthrough
 query = readings_passthrough(topic={topic!r}, result={result!r}, name={name!r}, partitions={p})
+query.processing_guarantee({guarantee!r})
 """
 
 
@@ -93,11 +94,20 @@ def _run_faust_app(kind: str, bootstrap: str, topic: str, out: str, count: int) 
     )
 
 
-def _pipeline_rate(bootstrap: str, state_dir: Path, topic: str, count: int, run: str) -> float:
-    result = f"{topic}-out"
+def _pipeline_rate(
+    bootstrap: str,
+    state_dir: Path,
+    topic: str,
+    count: int,
+    run: str,
+    guarantee: str = "at_least_once",
+) -> float:
+    result = f"{topic}-{guarantee}-out"
     query_file = state_dir / "bench" / f"{run}.py"
     query_file.parent.mkdir(parents=True, exist_ok=True)
-    query_file.write_text(QUERY.format(topic=topic, result=result, name=run, p=PARTITIONS))
+    query_file.write_text(
+        QUERY.format(topic=topic, result=result, name=run, p=PARTITIONS, guarantee=guarantee)
+    )
     worker = WorkerProcess(
         query_file, bootstrap=bootstrap, state_dir=state_dir, worker_id=run, loglevel="warn"
     )
@@ -177,6 +187,10 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
     _say(f"plain Faust agent (first {plain_records} records): {plain:,.0f} records/s")
     pipeline = _pipeline_rate(bootstrap, settings.state_dir, topic, records, run)
     _say(f"streamon ingest -> pass-through -> sink: {pipeline:,.0f} records/s")
+    exactly = _pipeline_rate(
+        bootstrap, settings.state_dir, topic, records, f"{run}-eo", "exactly_once"
+    )
+    _say(f"the same, exactly-once: {exactly:,.0f} records/s")
     envelope = _envelope_rate(bootstrap, f"{run}.envelopes", 4000, 1000)
     _say(f"envelope hop (1,000 tuples per envelope): {envelope:,.0f} tuples/s")
     envelope_5k = _envelope_rate(bootstrap, f"{run}.envelopes5k", 1000, 5000)
@@ -190,6 +204,8 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
         "raw_consumer_rate": raw,
         "faust_plain_rate": plain,
         "pipeline_rate": pipeline,
+        "pipeline_rate_exactly_once": exactly,
+        "exactly_once_vs_at_least_once": exactly / pipeline,
         "envelope_tuples_per_s": envelope,
         "envelope_tuples_per_s_5000": envelope_5k,
         "pipeline_vs_raw": pipeline / raw,

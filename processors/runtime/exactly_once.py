@@ -41,7 +41,7 @@ from processors.runtime.kafka_security import KafkaSecurity
 from processors.runtime.outbox import Outbox, resolve_partitions
 from processors.runtime.producer import SIGN_HEADER, RecordProducer
 from processors.runtime.state import StateRestoreError, StateSnapshots, StoredSnapshot
-from processors.runtime.tail_tags import TAG_HEADER, last_written, tag
+from processors.runtime.tail_tags import TAG_HEADER, count_written, tag
 from topics.admin import partition_counts
 
 log = logging.getLogger(__name__)
@@ -191,6 +191,9 @@ class ExactlyOnce:
                 for unit, epoch, outbox, _ in staged:
                     self._send(unit, epoch, outbox, {})
                 await self.producer.flush()
+                for (name, partition), epoch, outbox, _ in staged:
+                    if len(outbox):  # goes out with the next flush; if lost, the tails tell
+                        self.snapshots.note_sent(name, partition, epoch)
             except Exception as exc:
                 fatal("exactly-once commit", exc)
             for (_, partition), _, _, positions in staged:
@@ -226,17 +229,23 @@ class ExactlyOnce:
             staged.append((unit, epoch, outbox, positions))
         return staged
 
-    def _send(self, unit: Unit, epoch: int, outbox: Outbox, written: dict[tuple[str, int], int]):
-        name = f"{unit[0]}/{unit[1]}"
-        produce = self.producer.produce
-        for k, topic, partition, key, value, ts, delete in outbox:
-            if k <= written.get((topic, partition), -1):
-                self.found_sent += 1
-                continue
-            headers = [(TAG_HEADER, tag(name, epoch, k))]
-            if delete:
-                headers.append(_DELETE)
-            produce(topic, value, key, partition, ts, headers)
+    def _send(
+        self, unit: Unit, epoch: int, outbox: Outbox, written: dict[tuple[str, int], int]
+    ) -> None:
+        """Send ``outbox`` tagged with its unit and epoch, skipping, per partition, the first
+        ``written`` messages (those already there: the partition holds a prefix)."""
+        plain = [(TAG_HEADER, tag(f"{unit[0]}/{unit[1]}", epoch))]
+        deleting = [*plain, _DELETE]
+        left = {target: n for target, n in written.items() if n > 0}
+        produce = self.producer.produce_tagged
+        for topic, partition, key, value, ts, delete in outbox:
+            if left:
+                n = left.get((topic, partition), 0)
+                if n:
+                    left[(topic, partition)] = n - 1
+                    self.found_sent += 1
+                    continue
+            produce(topic, value, key, partition, ts, deleting if delete else plain)
 
     # -- restore ------------------------------------------------------------------------------
 
@@ -253,7 +262,8 @@ class ExactlyOnce:
                     outbox = Outbox.decode(stored.outbox)
                 except SnapshotError as exc:
                     raise stored.error(f"outbox: {exc}") from exc
-                self._resend(unit, stored.epoch, outbox)
+                if not stored.sent:
+                    self._resend(unit, stored.epoch, outbox)
         except StateRestoreError as exc:
             if not self.reset_state:
                 stop_worker(
@@ -277,7 +287,7 @@ class ExactlyOnce:
             return
         name = f"{unit[0]}/{unit[1]}"
         written = {
-            (topic, q): last_written(self.bootstrap, topic, q, name, epoch, self.security)
+            (topic, q): count_written(self.bootstrap, topic, q, name, epoch, self.security)
             for topic, q in sorted(outbox.targets())
         }
         before = self.found_sent
@@ -298,13 +308,22 @@ class ExactlyOnce:
             self.committed.pop((tp.topic, tp.partition), None)
 
     def connect(self, app: Any) -> None:
-        """Restore units when their partitions are assigned; commit, then forget, revoked ones."""
+        """Restore units when their partitions are assigned; commit, then forget, revoked ones.
+        Connect before the agents' own receivers, so that one pass restores every unit."""
 
         async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
-            for tp in sorted(assigned):
-                for name, agent in self.agents.items():
-                    if tp.topic in agent.in_topics:
-                        self.load(name, tp.partition)
+            units = sorted(
+                {
+                    (name, tp.partition)
+                    for tp in assigned
+                    for name, agent in self.agents.items()
+                    if tp.topic in agent.in_topics
+                }
+                - set(self._restored)
+            )
+            self.snapshots.prefetch(units)  # one pass over the state topic for all of them
+            for name, partition in units:
+                self.load(name, partition)
 
         async def on_revoked(sender: Any, revoked: Any, **_: Any) -> None:
             await self.commit()

@@ -24,8 +24,8 @@ from processors.kernels.routing import kafka_partitions
 
 VERSION = 1
 
-#: (index in the epoch, topic, partition, key, value, timestamp ms or None, is a delete)
-Message = tuple[int, str, int, bytes | None, bytes, int | None, bool]
+#: (topic, partition, key, value, timestamp ms or None, is a delete)
+Message = tuple[str, int, bytes | None, bytes, int | None, bool]
 
 
 @dataclass
@@ -110,20 +110,20 @@ class Outbox:
         )
 
     def __iter__(self) -> Iterator[Message]:
-        k = 0
         for part in self.parts:
             data = part.data.tobytes()
             bounds = part.bounds.tolist()
-            parts = part.partitions.tolist()
-            kdata = part.key_data.tobytes() if part.key_data is not None else None
-            kbounds = part.key_bounds.tolist() if part.key_bounds is not None else None
-            deletes = part.deletes.tolist() if part.deletes is not None else None
-            for i in range(len(parts)):
-                key = kdata[kbounds[i] : kbounds[i + 1]] if kdata is not None and kbounds else None
-                delete = bool(deletes[i]) if deletes is not None else False
-                value = data[bounds[i] : bounds[i + 1]]
-                yield k, part.topic, parts[i], key, value, part.timestamp_ms, delete
-                k += 1
+            topic, ts = part.topic, part.timestamp_ms
+            if part.key_data is not None and part.key_bounds is not None:
+                kdata, kb = part.key_data.tobytes(), part.key_bounds.tolist()
+                keys = [kdata[kb[i] : kb[i + 1]] for i in range(len(kb) - 1)]
+            else:
+                keys = [None] * len(part)
+            deletes = part.deletes.tolist() if part.deletes is not None else [False] * len(part)
+            for i, (q, key, delete) in enumerate(
+                zip(part.partitions.tolist(), keys, deletes, strict=True)
+            ):
+                yield topic, q, key, data[bounds[i] : bounds[i + 1]], ts, delete
 
     def targets(self) -> set[tuple[str, int]]:
         """Every (topic, partition) a message of this outbox goes to."""

@@ -97,6 +97,29 @@ class RecordProducer:
             except BufferError:  # local queue full: let librdkafka drain, then retry
                 self._producer.poll(0.05)
 
+    def produce_tagged(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        partition: int,
+        timestamp_ms: int | None,
+        headers: list[tuple[str, bytes]],
+    ) -> None:
+        """One message with ``headers`` (the exactly-once send path: no per-call dict)."""
+        try:
+            if timestamp_ms is None:
+                self._producer.produce(topic, value, key, partition, headers=headers)
+            else:
+                self._producer.produce(
+                    topic, value, key, partition, timestamp=timestamp_ms, headers=headers
+                )
+        except BufferError:
+            kwargs: dict[str, object] = {"key": key, "partition": partition, "headers": headers}
+            if timestamp_ms is not None:
+                kwargs["timestamp"] = timestamp_ms
+            self._produce(topic, value, kwargs)
+
     def produce_many(
         self,
         topic: str,

@@ -23,15 +23,18 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from processors.runtime.producer import RecordProducer
-from topics.admin import read_topic
+from topics.admin import iter_topic
 
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 512 * 1024
+#: the key suffix of a unit's "outbox sent" note (exactly-once mode)
+SENT = "sent"
 #: most chunks a header may announce (a 512 MiB snapshot): more is not a header of ours
 MAX_CHUNKS = 1024
 
@@ -58,6 +61,8 @@ class StoredSnapshot:
     where: tuple[str, int, int, str]  # topic, partition, offset, key
     epoch: int = 0
     outbox: bytes = b""
+    #: the outbox is known to have been sent whole (no need to look at the partitions' tails)
+    sent: bool = False
 
     def error(self, reason: str) -> StateRestoreError:
         return StateRestoreError(*self.where, reason)
@@ -80,6 +85,7 @@ class StateSnapshots:
         #: chunk keys of the latest record of each header key this process wrote or read: once
         #: a newer header is written they are deleted (tombstones, for a compacted topic)
         self._live: dict[str, list[str]] = {}
+        self._fetched: dict[str, tuple[Any, dict[str, bytes]]] = {}
 
     def save(
         self,
@@ -124,27 +130,54 @@ class StateSnapshots:
             keys.append(key)
         return keys
 
-    def load(self, agent: str, partition: int) -> StoredSnapshot | None:
-        """The latest snapshot of ``agent``'s ``partition``, or None if it has none.
-        :class:`StateRestoreError` if its header or chunks are not what this worker writes."""
-        base = _header_key(agent, partition)
-        header = None
-        chunks: dict[str, bytes] = {}
-        for record in read_topic(self.bootstrap, self.topic):
+    def prefetch(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Read the latest records of several (agent, partition)s in one pass over the topic
+        (a rebalance restores many at once); :meth:`load` then serves them from memory."""
+        self._fetched = self._scan({_header_key(a, p) for a, p in keys})
+
+    def note_sent(self, agent: str, partition: int, epoch: int) -> None:
+        """Queue a note that ``epoch``'s outbox was sent whole and acknowledged."""
+        key = f"{_header_key(agent, partition)}/{SENT}"
+        self.producer.produce(self.topic, str(epoch).encode(), key=key.encode())
+
+    def _scan(self, bases: set[str]) -> dict[str, tuple[Any, dict[str, bytes]]]:
+        """(latest header record, its chunks) of each of ``bases`` found, in one streaming pass:
+        chunks of epochs older than the latest header seen are dropped as the pass goes."""
+        found: dict[str, tuple[Any, dict[str, bytes]]] = {}
+        chunks: dict[str, dict[str, bytes]] = {b: {} for b in bases}
+        for record in iter_topic(self.bootstrap, self.topic):
             try:
                 key = (record.key or b"").decode()
             except UnicodeDecodeError:
                 continue  # not a key of ours: it names no agent
-            if key == base:
-                header = record
-            elif key.startswith(base + "/"):
-                chunks[key] = record.value or b""
-        if header is None:
+            if key in bases:
+                found[key] = (record, chunks[key])
+                epoch = f"/{_epoch_of(record.value)}/"
+                mine = chunks[key]
+                for old in [k for k in mine if epoch not in k and not k.endswith(SENT)]:
+                    del mine[old]
+                continue
+            base = key[: -len(SENT) - 1] if key.endswith("/" + SENT) else key.rsplit("/", 2)[0]
+            if base in bases:
+                if record.value is None:
+                    chunks[base].pop(key, None)
+                else:
+                    chunks[base][key] = record.value
+        return found
+
+    def load(self, agent: str, partition: int) -> StoredSnapshot | None:
+        """The latest snapshot of ``agent``'s ``partition``, or None if it has none.
+        :class:`StateRestoreError` if its header or chunks are not what this worker writes."""
+        base = _header_key(agent, partition)
+        entry = self._fetched.pop(base, None) or self._scan({base}).get(base)
+        if entry is None:
             return None
+        header, chunks = entry
         where = (self.topic, header.partition, header.offset, base)
         positions, n, epoch, n_out = _parse_header(header.value, StoredSnapshot({}, b"", where))
         keys = [f"{base}/{epoch}/{i}" for i in range(n)]
         out_keys = [f"{base}/{epoch}/o{i}" for i in range(n_out)]
+        sent = chunks.get(f"{base}/{SENT}") == str(epoch).encode()
         parts = [chunks.get(k) for k in keys + out_keys]
         missing = [k for k, p in zip(keys + out_keys, parts, strict=True) if p is None]
         if missing:
@@ -153,7 +186,7 @@ class StateSnapshots:
         self._live[base] = keys + out_keys
         data = b"".join(p or b"" for p in parts[:n])
         outbox = b"".join(p or b"" for p in parts[n:])
-        return StoredSnapshot(positions, data, where, epoch, outbox)
+        return StoredSnapshot(positions, data, where, epoch, outbox, sent)
 
 
 def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, int], int, int, int]:
@@ -177,3 +210,11 @@ def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, in
     if not isinstance(n_out, int) or not 0 <= n_out <= MAX_CHUNKS:
         raise at.error(f"header announces {n_out!r} outbox chunks (0..{MAX_CHUNKS})")
     return positions, n, epoch, n_out
+
+
+def _epoch_of(value: bytes | None) -> object:
+    """A header's epoch, read loosely (the full check comes when it is loaded)."""
+    try:
+        return json.loads(value or b"").get("epoch")
+    except (ValueError, AttributeError):
+        return None

@@ -140,6 +140,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     if plan.processing_guarantee == "exactly_once":
         assert snapshots is not None  # the compiler gives every exactly-once plan a state topic
         eo = ExactlyOnce(producer, snapshots, options.bootstrap, options.kafka, options.reset_state)
+        eo.connect(app)
     output = producer if eo is None else eo
     ctx = AgentContext(
         app,
@@ -212,8 +213,6 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         result_topic=plan.result_topic,
         result_partitions=plan.result_partitions or 1,
     )
-    if eo is not None:
-        eo.connect(app)
 
     def backlog(stats: Any) -> tuple[int, int]:
         return backlog_of(app, stats)

@@ -42,15 +42,26 @@ def publish(bootstrap: str, topic: str, batch: Batch) -> None:
     publish_batch(bootstrap, topic, batch, load_schema("reading"))
 
 
-def result_rows(bootstrap: str, topic: str, schema: dict, fields: tuple[str, ...]) -> Counter:
-    """Every record of the result topic as a row of ``fields``, deletes counted negative."""
+def result_updates(
+    bootstrap: str, topic: str, schema: dict, fields: tuple[str, ...]
+) -> tuple[Counter, Counter]:
+    """The result topic's records as rows of ``fields``: (inserted, deleted) counts."""
     store = SchemaStore(load=False)
     store.add(schema)
-    rows: Counter = Counter()
+    inserted: Counter = Counter()
+    deleted: Counter = Counter()
     for record in read_topic(bootstrap, topic):
         row = decode_single_object(record.value, schema, store)
-        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
-        rows[tuple(row[f] for f in fields)] += sign
+        delete = dict(record.headers).get(SIGN_HEADER) == b"-1"
+        (deleted if delete else inserted)[tuple(row[f] for f in fields)] += 1
+    return inserted, deleted
+
+
+def result_rows(bootstrap: str, topic: str, schema: dict, fields: tuple[str, ...]) -> Counter:
+    """Every record of the result topic as a row of ``fields``, deletes counted negative."""
+    inserted, deleted = result_updates(bootstrap, topic, schema, fields)
+    rows = Counter(inserted)
+    rows.subtract(deleted)
     return rows
 
 
@@ -95,9 +106,10 @@ def kill_during(
     result: str,
     kills: int,
     seed: int,
+    progress: int = 1_000,
 ) -> tuple[WorkerProcess, list[str]]:
     """Start a worker and SIGKILL it ``kills`` times while it works: each kill comes once the
-    worker has written results (it is past start-up and processing), plus a random 0-1.5 s, so
+    worker has written ``progress`` results (it is past start-up), plus a random 0-1.5 s, so
     that kills fall anywhere in a commit cycle (processing, snapshotting, sending, committing).
     Returns the worker left running and the logs of the killed ones."""
     rng = random.Random(seed)
@@ -105,7 +117,7 @@ def kill_during(
     for n in range(kills):
         worker = start(tmp_path, bootstrap, path, n)
         before = wait_for_count(bootstrap, result, 0, 1)
-        wait_for_count(bootstrap, result, before + 1_000, 120, [worker])
+        wait_for_count(bootstrap, result, before + progress, 120, [worker])
         time.sleep(rng.uniform(0.0, 1.5))
         worker.kill()
         logs.append(worker.log_tail(30))

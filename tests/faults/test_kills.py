@@ -7,11 +7,20 @@ at-least-once mode none is missing and the duplicates are counted (and reported)
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from faults_helpers import Publisher, kill_during, make_topics, result_rows, settle, write_query
+from faults_helpers import (
+    Publisher,
+    kill_during,
+    make_topics,
+    result_rows,
+    result_updates,
+    settle,
+    write_query,
+)
 
 FILTER_QUERY = """\
 from processors.core.query import Query, col
@@ -72,3 +81,63 @@ def test_filter_query_loses_nothing_at_least_once_and_counts_its_repeats(
     assert not missing, f"{sum(missing.values())} missing\n{log[-5000:]}"
     repeated = sum((got - want).values())
     print(f"at-least-once, 3 SIGKILLs: {repeated} of {sum(want.values())} results repeated")
+
+
+AGGREGATE_QUERY = """\
+from processors.core.query import Query, col
+from topics.avro import load_schema
+query = Query({name!r})
+query.stream("r", topic={topic!r}, schema=load_schema("reading"), key="sensor_id",
+             timestamp="ts", partitions=2)
+query.where(col("r.ok") == True)
+query.group_by("r.site").aggregate(n="count", total=("sum", "r.sensor_id"))
+query.into({result!r}, partitions=1)
+query.processing_guarantee("exactly_once")
+"""
+
+
+def aggregate_oracle(batches) -> Counter:
+    n: Counter = Counter()
+    total: Counter = Counter()
+    for batch in batches:
+        c = batch.columns
+        for site, ok, sensor in zip(
+            c["site"].to_list(), c["ok"].tolist(), c["sensor_id"].tolist(), strict=True
+        ):
+            if ok:
+                n[site] += 1
+                total[site] += sensor
+    return Counter({(site, n[site], total[site]): 1 for site in n})
+
+
+def test_group_by_is_exact_through_random_sigkills(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    """Two stateful steps (the stream's, the aggregate's) and the sink, killed mid-flight: the
+    result's net relation is exactly the oracle's, every update cancelled exactly once."""
+    topic, result = f"{topic_name}.in", f"{topic_name}.out"
+    text = AGGREGATE_QUERY.format(name=topic_name, topic=topic, result=result)
+    path, plan = write_query(tmp_path, text)
+    make_topics(bootstrap, plan)
+    with Publisher(bootstrap, topic) as publisher:
+        last, logs = kill_during(tmp_path, bootstrap, path, result, 3, seed=5, progress=4)
+    want = aggregate_oracle(publisher.batches)
+    fields = ("site", "n", "total")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            net = +result_rows(bootstrap, result, plan.output_schema, fields)
+            if net == want:
+                break
+            time.sleep(1.0)
+        time.sleep(2.0)
+        inserted, deleted = result_updates(bootstrap, result, plan.output_schema, fields)
+    finally:
+        last.stop()
+    log = "\n".join(logs) + "\n" + last.log_tail(60)
+    net = inserted - deleted
+    assert net == want, log[-5000:]
+    # each (site, count, total) row is one moment of one group: inserted once, deleted at
+    # most once (a repeated update would show as a row twice, cancelled or not)
+    assert max(inserted.values()) == 1 and max(deleted.values(), default=1) == 1, log[-5000:]
+    assert not deleted - inserted, log[-5000:]

@@ -49,6 +49,7 @@ for s in ("a", "b", "c"):
 query.join("a.pid", "b.pid").join("b.pid", "c.pid")
 query.select({columns})
 query.into({result!r}, partitions={p})
+query.processing_guarantee({guarantee!r})
 """
 
 
@@ -194,7 +195,9 @@ def expected_total(bootstrap: str, prefix: str) -> int:
     return sum(oracle(stored_inputs(bootstrap, prefix)).values())
 
 
-def write_query(bootstrap: str, tmp_path: Path, topic_name: str) -> tuple[str, str, str, Path]:
+def write_query(
+    bootstrap: str, tmp_path: Path, topic_name: str, guarantee: str = "at_least_once"
+) -> tuple[str, str, str, Path]:
     """The three input topics and the join query's file: (prefix, result topic, text, file)."""
     prefix, result = topic_name, f"{topic_name}.out"
     ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{s}", PARTITIONS) for s in STREAMS])
@@ -202,7 +205,7 @@ def write_query(bootstrap: str, tmp_path: Path, topic_name: str) -> tuple[str, s
     columns = ", ".join(f'{s}_{f}="{s}.{f}"' for s in STREAMS for f in FIELDS)
     text = QUERY.format(
         name=topic_name, prefix=prefix, p=PARTITIONS, range_ms=RANGE_MS, columns=columns,
-        result=result,
+        result=result, guarantee=guarantee,
     )  # fmt: skip
     query_file.write_text(text)
     return prefix, result, text, query_file
@@ -218,9 +221,9 @@ def assert_exact(got: Counter, want: Counter, log: str) -> None:
 
 
 def run_with_restart(
-    bootstrap: str, tmp_path: Path, topic_name: str, stop: str
+    bootstrap: str, tmp_path: Path, topic_name: str, stop: str, guarantee: str = "at_least_once"
 ) -> tuple[Counter, Counter, str]:
-    prefix, result, text, query_file = write_query(bootstrap, tmp_path, topic_name)
+    prefix, result, text, query_file = write_query(bootstrap, tmp_path, topic_name, guarantee)
     first = start(tmp_path, "w", bootstrap, query_file, 1)
     publish_half(bootstrap, prefix, 0)
     try:
@@ -266,6 +269,14 @@ def test_join_loses_nothing_when_a_worker_is_killed(
     assert all(key in want for key in extra), list(extra.items())[:3]
     duplicates, total = sum(extra.values()), sum(want.values())
     print(f"SIGKILL restart: {duplicates} duplicate results of {total} ({duplicates / total:.2%})")
+
+
+def test_join_is_exact_when_a_worker_is_killed_in_exactly_once_mode(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    """The same SIGKILL, with the query in exactly-once mode: no result missing or repeated."""
+    got, want, log = run_with_restart(bootstrap, tmp_path, topic_name, "kill", "exactly_once")
+    assert_exact(got, want, log)
 
 
 def test_join_is_exact_when_a_second_worker_takes_over_a_partition(
