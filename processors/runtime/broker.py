@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "broker.json"
 LOG_FILE = "broker.log"
+#: the port of the last broker started here, taken again by the next start if free
+LAST_PORT_FILE = "broker.last_port"
 _LOCK_FILE = "broker.lock"
 _HOST = "127.0.0.1"
 # tansu reads these from the environment; a stray value must not change the embedded broker.
@@ -215,8 +217,11 @@ def broker_status(state_dir: Path, probe_timeout: float = 2.0) -> BrokerInfo | N
     return info if _answers(_probe_client(info.bootstrap), probe_timeout) else None
 
 
-def _spawn(binary: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    binary: Path, port: int, log_path: Path, advertised_port: int | None = None
+) -> subprocess.Popen[bytes]:
     url = f"tcp://{_HOST}:{port}"
+    advertised = f"tcp://{_HOST}:{advertised_port or port}"
     env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
     cmd = [
         str(binary),
@@ -224,7 +229,7 @@ def _spawn(binary: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
         "--listener-url",
         url,
         "--advertised-listener-url",
-        url,
+        advertised,
         "--storage-engine",
         "memory://tansu/",
     ]
@@ -267,8 +272,17 @@ def _await_ready(
     return False
 
 
-def start_broker(state_dir: Path, port: int | None = None, timeout: float = 30.0) -> BrokerInfo:
-    """Start (or reuse) the embedded broker of ``state_dir`` and return once it answers metadata."""
+def start_broker(
+    state_dir: Path,
+    port: int | None = None,
+    timeout: float = 30.0,
+    advertised_port: int | None = None,
+) -> BrokerInfo:
+    """Start (or reuse) the embedded broker of ``state_dir`` and return once it answers metadata.
+
+    Without ``port``, the port it had last time is taken again if it is free (clients
+    configured with it keep working across a restart; the data do not survive, see README).
+    ``advertised_port``: the port clients are told to connect to (a proxy in front of it)."""
     state_dir = Path(state_dir).absolute()
     deadline = time.monotonic() + timeout
     with _locked(state_dir):
@@ -284,14 +298,22 @@ def start_broker(state_dir: Path, port: int | None = None, timeout: float = 30.0
         if port is not None and _port_in_use(port):
             raise BrokerError(f"port {port} is already in use on {_HOST}")
         log_path = state_dir / LOG_FILE
+        last = _last_port(state_dir)
+        if port is None and last is not None and not _port_in_use(last):
+            port_choices = [last]
+        else:
+            port_choices = [port] if port is not None else []
         # A picked free port can be taken before tansu binds it (tansu then exits, with status 0).
-        for _attempt in range(3 if port is None else 1):
-            chosen = port if port is not None else _free_port()
+        for attempt in range(3 if port is None else 1):
+            chosen = port_choices[attempt] if attempt < len(port_choices) else _free_port()
             bootstrap = f"{_HOST}:{chosen}"
-            proc = _spawn(binary, chosen, log_path)
+            if advertised_port is not None:
+                bootstrap = f"{_HOST}:{advertised_port}"
+            proc = _spawn(binary, chosen, log_path, advertised_port)
             record = {"pid": proc.pid, "port": chosen, "bootstrap": bootstrap}
             (state_dir / STATE_FILE).write_text(json.dumps(record, indent=2) + "\n")
-            if _await_ready(proc, bootstrap, log_path, deadline):
+            if _await_ready(proc, f"{_HOST}:{chosen}", log_path, deadline):
+                (state_dir / LAST_PORT_FILE).write_text(f"{chosen}\n")
                 log.info("tansu broker pid %d listening on %s", proc.pid, bootstrap)
                 return BrokerInfo(bootstrap, chosen, proc.pid, state_dir, log_path)
             (state_dir / STATE_FILE).unlink(missing_ok=True)
@@ -308,6 +330,14 @@ def start_broker(state_dir: Path, port: int | None = None, timeout: float = 30.0
             f"tansu exited with status {proc.returncode} before answering on {bootstrap}; "
             f"see {log_path}: {_log_tail(log_path)}"
         )
+
+
+def _last_port(state_dir: Path) -> int | None:
+    try:
+        port = int((state_dir / LAST_PORT_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
 
 
 def _wait_dead(pid: int, timeout: float) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
 import confluent_kafka
 import numpy as np
@@ -22,6 +23,10 @@ from processors.runtime.kafka_security import KafkaSecurity, client_config
 log = logging.getLogger(__name__)
 
 SIGN_HEADER = "streamon.sign"
+#: how long a flush waits for a broker that is away before the worker gives up (exit 75)
+OUTAGE_PATIENCE_S = 120.0
+#: how often a waiting flush says so
+WAIT_STEP_S = 5.0
 _DELETE_HEADERS = [(SIGN_HEADER, b"-1")]
 
 
@@ -52,6 +57,10 @@ class RecordProducer:
             "enable.idempotence": True,
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
+            # librdkafka's log lines go through Python logging (quiet_logs holds repeats back)
+            "logger": logging.getLogger("streamon.kafka"),
+            # longer than the outage patience: records are retried while the broker is away
+            "message.timeout.ms": int(OUTAGE_PATIENCE_S * 1000) + 60_000,
         }
         config.update(extra or {})
         self._producer = confluent_kafka.Producer(client_config(config, security))
@@ -158,16 +167,30 @@ class RecordProducer:
                     kwargs["headers"] = _DELETE_HEADERS
                 self._produce(topic, value, kwargs)
 
-    def flush_blocking(self, timeout: float = 60.0) -> None:
-        """Wait until every produced record is acknowledged; raise DeliveryError otherwise."""
-        remaining = self._producer.flush(timeout)
-        if remaining:
-            raise DeliveryError(f"{remaining} records not acknowledged within {timeout:.0f}s")
+    def flush_blocking(self, timeout: float = OUTAGE_PATIENCE_S) -> None:
+        """Wait until every produced record is acknowledged; raise DeliveryError otherwise.
+
+        A broker that is away (restarting, cut off) is waited for, up to ``timeout`` seconds,
+        with one warning every few seconds: librdkafka keeps retrying the records meanwhile
+        (``message.timeout.ms``, longer than the patience), so nothing is lost or reordered."""
+        started = time.monotonic()
+        deadline = started + timeout
+        remaining = self._producer.flush(min(WAIT_STEP_S, timeout))
+        while remaining:
+            waited = time.monotonic() - started
+            if time.monotonic() >= deadline:
+                raise DeliveryError(f"{remaining} records not acknowledged within {timeout:.0f}s")
+            log.warning("the broker has not acknowledged %d records for %.0f s; waiting up to "
+                        "%.0f s for it to come back", remaining, waited, timeout)  # fmt: skip
+            remaining = self._producer.flush(min(WAIT_STEP_S, max(deadline - time.monotonic(), 0)))
+        if time.monotonic() - started > WAIT_STEP_S:
+            log.warning("the broker is back: every record acknowledged after %.0f s",
+                        time.monotonic() - started)  # fmt: skip
         if self._failures:
             failures, self._failures = self._failures, []
             raise DeliveryError(f"{len(failures)} records failed: {failures[:3]}")
 
-    async def flush(self, timeout: float = 60.0) -> None:
+    async def flush(self, timeout: float = OUTAGE_PATIENCE_S) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.flush_blocking, timeout)
 
     def close(self, timeout: float = 30.0) -> None:

@@ -10,6 +10,8 @@ Several workers started for the same query form one consumer group and share the
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import logging
 import os
@@ -25,9 +27,10 @@ from processors.core.plan import LogicalPlan
 from processors.physical.build import chain_factory, stage_factory
 from processors.physical.compiler import compile_plan
 from processors.physical.steps import SINK_AGENT, PhysicalPlan
+from processors.runtime import quiet_logs
 from processors.runtime.agents import add_sink_agent, backlog_of
 from processors.runtime.arbiter import Arbiter
-from processors.runtime.context import AgentContext
+from processors.runtime.context import AgentContext, stop_worker
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.exactly_once import ExactlyOnce
@@ -46,6 +49,11 @@ from topics.envelope import decode_batch, encode_batch
 from topics.specs import TopicSpec
 
 log = logging.getLogger(__name__)
+
+#: how often a worker checks that its topics still exist
+TOPICS_CHECK_S = 10.0
+#: exit status of a worker whose topics are gone (EX_UNAVAILABLE)
+EXIT_TOPICS_GONE = 69
 
 STATS_TOPIC = "streamon.stats"
 DEAD_LETTER_TOPIC = "streamon.deadletters"
@@ -213,6 +221,36 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         result_topic=plan.result_topic,
         result_partitions=plan.result_partitions or 1,
     )
+
+    watched = sorted({spec.name for spec in topic_specs(pipeline)})
+
+    @app.timer(TOPICS_CHECK_S)
+    async def topics_still_there() -> None:
+        """A broker that lost its topics (the embedded one keeps them in memory) stops the
+        worker with a message saying so, rather than a stream of errors."""
+        from topics.admin import partition_counts
+
+        check = functools.partial(
+            partition_counts, options.bootstrap, watched, 5.0, security=options.kafka
+        )
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(None, check)
+        except Exception:  # the broker is away: the clients wait for it to come back
+            return
+        gone = [t for t in watched if t not in found]
+        if gone:
+            stop_worker(
+                f"topics {gone} are gone from the broker at {options.bootstrap} (a broker that "
+                "keeps its data in memory, like the embedded one, loses every topic when it "
+                "restarts); the worker stops. Start it again: it creates the topics, and the "
+                "inputs must be published again",
+                EXIT_TOPICS_GONE,
+            )
+
+    @app.task
+    async def quiet_repeated_logs() -> None:
+        """Once Faust has set logging up: a broker that is away is one warning per 5 s."""
+        quiet_logs.install()
 
     def backlog(stats: Any) -> tuple[int, int]:
         return backlog_of(app, stats)

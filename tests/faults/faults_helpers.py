@@ -20,6 +20,55 @@ from processors.workloads.examples import reading_columns
 from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object, load_schema
 
+FILTER_QUERY = """\
+from processors.core.query import Query, col
+from topics.avro import load_schema
+query = Query({name!r})
+query.stream("r", topic={topic!r}, schema=load_schema("reading"), key="sensor_id",
+             timestamp="ts", partitions=2)
+query.where(col("r.temperature") > 20.0, col("r.ok") == True)
+query.select("r.ts", "r.sensor_id")
+query.into({result!r}, partitions=2)
+query.processing_guarantee({guarantee!r})
+"""
+
+
+def filter_oracle(batches) -> Counter:
+    rows: Counter = Counter()
+    for batch in batches:
+        c = batch.columns
+        keep = (c["temperature"] > 20.0) & c["ok"]
+        for ts, sensor in zip(c["ts"][keep].tolist(), c["sensor_id"][keep].tolist(), strict=True):
+            rows[(ts, sensor)] += 1
+    return rows
+
+
+AGGREGATE_QUERY = """\
+from processors.core.query import Query, col
+from topics.avro import load_schema
+query = Query({name!r})
+query.stream("r", topic={topic!r}, schema=load_schema("reading"), key="sensor_id",
+             timestamp="ts", partitions=2)
+query.where(col("r.ok") == True)
+query.group_by("r.site").aggregate(n="count", total=("sum", "r.sensor_id"))
+query.into({result!r}, partitions=1)
+query.processing_guarantee("exactly_once")
+"""
+
+
+def aggregate_oracle(batches) -> Counter:
+    n: Counter = Counter()
+    total: Counter = Counter()
+    for batch in batches:
+        c = batch.columns
+        for site, ok, sensor in zip(
+            c["site"].to_list(), c["ok"].tolist(), c["sensor_id"].tolist(), strict=True
+        ):
+            if ok:
+                n[site] += 1
+                total[site] += sensor
+    return Counter({(site, n[site], total[site]): 1 for site in n})
+
 
 def plan_of(path: Path):  # the test's own query text, built here
     scope: dict = {}

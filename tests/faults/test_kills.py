@@ -8,12 +8,15 @@ at-least-once mode none is missing and the duplicates are counted (and reported)
 from __future__ import annotations
 
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from faults_helpers import (
+    AGGREGATE_QUERY,
+    FILTER_QUERY,
     Publisher,
+    aggregate_oracle,
+    filter_oracle,
     kill_during,
     make_topics,
     result_rows,
@@ -21,28 +24,6 @@ from faults_helpers import (
     settle,
     write_query,
 )
-
-FILTER_QUERY = """\
-from processors.core.query import Query, col
-from topics.avro import load_schema
-query = Query({name!r})
-query.stream("r", topic={topic!r}, schema=load_schema("reading"), key="sensor_id",
-             timestamp="ts", partitions=2)
-query.where(col("r.temperature") > 20.0, col("r.ok") == True)
-query.select("r.ts", "r.sensor_id")
-query.into({result!r}, partitions=2)
-query.processing_guarantee({guarantee!r})
-"""
-
-
-def filter_oracle(batches) -> Counter:
-    rows: Counter = Counter()
-    for batch in batches:
-        c = batch.columns
-        keep = (c["temperature"] > 20.0) & c["ok"]
-        for ts, sensor in zip(c["ts"][keep].tolist(), c["sensor_id"][keep].tolist(), strict=True):
-            rows[(ts, sensor)] += 1
-    return rows
 
 
 def run_filter(bootstrap: str, tmp_path: Path, name: str, guarantee: str, seed: int):
@@ -81,33 +62,6 @@ def test_filter_query_loses_nothing_at_least_once_and_counts_its_repeats(
     assert not missing, f"{sum(missing.values())} missing\n{log[-5000:]}"
     repeated = sum((got - want).values())
     print(f"at-least-once, 3 SIGKILLs: {repeated} of {sum(want.values())} results repeated")
-
-
-AGGREGATE_QUERY = """\
-from processors.core.query import Query, col
-from topics.avro import load_schema
-query = Query({name!r})
-query.stream("r", topic={topic!r}, schema=load_schema("reading"), key="sensor_id",
-             timestamp="ts", partitions=2)
-query.where(col("r.ok") == True)
-query.group_by("r.site").aggregate(n="count", total=("sum", "r.sensor_id"))
-query.into({result!r}, partitions=1)
-query.processing_guarantee("exactly_once")
-"""
-
-
-def aggregate_oracle(batches) -> Counter:
-    n: Counter = Counter()
-    total: Counter = Counter()
-    for batch in batches:
-        c = batch.columns
-        for site, ok, sensor in zip(
-            c["site"].to_list(), c["ok"].tolist(), c["sensor_id"].tolist(), strict=True
-        ):
-            if ok:
-                n[site] += 1
-                total[site] += sensor
-    return Counter({(site, n[site], total[site]): 1 for site in n})
 
 
 def test_group_by_is_exact_through_random_sigkills(
