@@ -340,3 +340,53 @@ def iter_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> Iterator[To
                     f"read_topic({topic}) timed out after {timeout}s: read {read} records of "
                     f"partitions still pending, (start, end) offsets {ends}"
                 )
+
+
+def tail_windows(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    security: KafkaSecurity | None = None,
+    first: int = 2_048,
+    timeout: float = 60.0,
+) -> Iterator[list[TopicRecord]]:
+    """A partition read backwards: windows of records (each in offset order), the newest first,
+    each window ``8x`` the size of the one before, down to the log start. For readers that want
+    the latest records of something and stop as soon as they have them."""
+    deadline = time.monotonic() + timeout
+    with _consumer(bootstrap, security) as reader:
+        tp = TopicPartition(topic, partition)
+        try:
+            low, high = reader.get_watermark_offsets(tp, timeout=timeout)
+        except KafkaException as exc:
+            raise TopicError(f"no offsets for {topic}[{partition}]: {exc}") from exc
+        # ListOffsets may answer short of the end (tansu): the fetch's end-of-partition is true
+        end = _read_range(reader, topic, partition, max(low, high - 1), None, deadline)[1]
+        stop, size = end, first
+        while stop > low:
+            start = max(low, stop - size)
+            yield _read_range(reader, topic, partition, start, stop, deadline)[0]
+            stop, size = start, size * 8
+
+
+def _read_range(
+    reader: Consumer, topic: str, partition: int, start: int, stop: int | None, deadline: float
+) -> tuple[list[TopicRecord], int]:
+    """Records of ``[start, stop)`` (``stop`` None: to the end) and the offset reading ended at."""
+    reader.assign([TopicPartition(topic, partition, start)])
+    records: list[TopicRecord] = []
+    position = start
+    while stop is None or position < stop:
+        if time.monotonic() > deadline:
+            raise TopicError(f"reading {topic}[{partition}] timed out at offset {position}")
+        for msg in reader.consume(num_messages=10_000, timeout=0.2):
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise TopicError(f"fetch failed for {topic}[{partition}]: {err.str()}")
+                return records, msg.offset()
+            position = msg.offset() + 1
+            if stop is not None and msg.offset() >= stop:
+                return records, position
+            records.append(_record(msg))
+    return records, position

@@ -47,6 +47,8 @@ from topics.admin import partition_counts
 log = logging.getLogger(__name__)
 
 Unit = tuple[str, int]  # (agent, input partition)
+#: how often units commit an epoch (and so how long outputs wait at each hop)
+COMMIT_INTERVAL_S = 1.0
 _DELETE = (SIGN_HEADER, b"-1")
 
 
@@ -329,10 +331,17 @@ class ExactlyOnce:
             await self.commit()
             self.forget(revoked)
 
+        @app.timer(COMMIT_INTERVAL_S)
+        async def commit_epochs() -> None:
+            # on its own clock: the consumer group calls its commit hooks only when it has
+            # offsets to commit, and with every input capped at the stored positions it has
+            # none until this commit stores them
+            await self.commit()
+
         app.on_partitions_assigned.connect(on_assigned)
         app.on_partitions_revoked.connect(on_revoked)
         app.commit_cap = self.cap
-        self._receivers = (on_assigned, on_revoked)
+        self._receivers = (on_assigned, on_revoked, commit_epochs)
 
     def stats(self) -> dict[str, int]:
         return {"epochs": self.epochs, "resent": self.resent, "found_sent": self.found_sent}

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from processors.runtime.producer import RecordProducer
-from topics.admin import iter_topic
+from topics.admin import tail_windows
 
 log = logging.getLogger(__name__)
 
@@ -141,28 +141,38 @@ class StateSnapshots:
         self.producer.produce(self.topic, str(epoch).encode(), key=key.encode())
 
     def _scan(self, bases: set[str]) -> dict[str, tuple[Any, dict[str, bytes]]]:
-        """(latest header record, its chunks) of each of ``bases`` found, in one streaming pass:
-        chunks of epochs older than the latest header seen are dropped as the pass goes."""
+        """(latest header record, the chunks it names and the latest "sent" note) of each of
+        ``bases`` found. The topic is read backwards from its end and the reading stops once
+        every base has its header and chunks: units that commit often are found in the last
+        few seconds of the topic, however long it has grown."""
         found: dict[str, tuple[Any, dict[str, bytes]]] = {}
-        chunks: dict[str, dict[str, bytes]] = {b: {} for b in bases}
-        for record in iter_topic(self.bootstrap, self.topic):
-            try:
-                key = (record.key or b"").decode()
-            except UnicodeDecodeError:
-                continue  # not a key of ours: it names no agent
-            if key in bases:
-                found[key] = (record, chunks[key])
-                epoch = f"/{_epoch_of(record.value)}/"
-                mine = chunks[key]
-                for old in [k for k in mine if epoch not in k and not k.endswith(SENT)]:
-                    del mine[old]
-                continue
-            base = key[: -len(SENT) - 1] if key.endswith("/" + SENT) else key.rsplit("/", 2)[0]
-            if base in bases:
-                if record.value is None:
-                    chunks[base].pop(key, None)
-                else:
-                    chunks[base][key] = record.value
+        missing: dict[str, set[str]] = {}
+        sent: dict[str, bytes] = {}
+        for window in tail_windows(self.bootstrap, self.topic, 0):
+            for record in reversed(window):
+                try:
+                    key = (record.key or b"").decode()
+                except UnicodeDecodeError:
+                    continue  # not a key of ours: it names no agent
+                if key in bases:
+                    if key not in found:
+                        found[key] = (record, {})
+                        missing[key] = _chunk_keys(key, record.value)
+                    continue
+                if key.endswith("/" + SENT):
+                    base = key[: -len(SENT) - 1]
+                    if base in bases and base not in sent and record.value is not None:
+                        sent[base] = record.value
+                    continue
+                base = key.rsplit("/", 2)[0]
+                if base in found and key in missing[base] and record.value is not None:
+                    found[base][1][key] = record.value
+                    missing[base].discard(key)
+            if len(found) == len(bases) and not any(missing.values()):
+                break
+        for base, value in sent.items():
+            if base in found:
+                found[base][1][f"{base}/{SENT}"] = value
         return found
 
     def load(self, agent: str, partition: int) -> StoredSnapshot | None:
@@ -212,9 +222,16 @@ def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, in
     return positions, n, epoch, n_out
 
 
-def _epoch_of(value: bytes | None) -> object:
-    """A header's epoch, read loosely (the full check comes when it is loaded)."""
+def _chunk_keys(base: str, value: bytes | None) -> set[str]:
+    """The chunk keys a header names, read loosely (the full check comes when it is loaded;
+    a header that does not read names none)."""
     try:
-        return json.loads(value or b"").get("epoch")
-    except (ValueError, AttributeError):
-        return None
+        header = json.loads(value or b"")
+        epoch, n, n_out = header["epoch"], int(header["chunks"]), int(header.get("outbox", 0))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return set()
+    if not 0 <= n <= MAX_CHUNKS or not 0 <= n_out <= MAX_CHUNKS:
+        return set()
+    return {f"{base}/{epoch}/{i}" for i in range(n)} | {
+        f"{base}/{epoch}/o{i}" for i in range(n_out)
+    }
