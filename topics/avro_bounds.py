@@ -11,6 +11,7 @@ nesting deeper than ``max_nesting``, a record over ``max_record_bytes``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -32,10 +33,12 @@ class DecodeLimits:
     max_nesting: int = 32
 
     @classmethod
-    def from_env(cls, environ: Any = None) -> DecodeLimits:
+    def from_env(cls, environ: Any = None, base: DecodeLimits | None = None) -> DecodeLimits:
+        """``base`` (default: the defaults) with each bound its ``STREAMON_DECODE_*`` variable
+        sets replaced."""
         env = os.environ if environ is None else environ
         values = {}
-        for name in ("max_record_bytes", "max_collection_items", "max_nesting"):
+        for name in LIMIT_NAMES:
             raw = env.get(_ENV + name.upper())
             if raw is not None:
                 try:
@@ -44,7 +47,24 @@ class DecodeLimits:
                     raise ValueError(f"{_ENV + name.upper()}={raw!r} is not an integer") from exc
                 if values[name] <= 0:
                     raise ValueError(f"{_ENV + name.upper()} must be positive, not {raw}")
-        return cls(**values)
+        return dataclasses.replace(base or cls(), **values)
+
+    @classmethod
+    def current(cls) -> DecodeLimits:
+        """The process's bounds: those the configuration installed (:func:`install_limits`),
+        else the environment's."""
+        return _installed if _installed is not None else cls.from_env()
+
+
+#: the bounds a config file may set (the ``[decode]`` table)
+LIMIT_NAMES = ("max_record_bytes", "max_collection_items", "max_nesting")
+_installed: DecodeLimits | None = None
+
+
+def install_limits(limits: DecodeLimits) -> None:
+    """Every codec of this process made from now on keeps ``limits``."""
+    global _installed
+    _installed = limits
 
 
 _FIXED = {"null": 0, "boolean": 1, "float": 4, "double": 8}

@@ -159,7 +159,7 @@ class RecordCodec:
         limits: DecodeLimits | None = None,
     ) -> None:
         self.schema = reader_schema
-        self.limits = limits if limits is not None else DecodeLimits.from_env()
+        self.limits = limits if limits is not None else DecodeLimits.current()
         self.fields = flat_fields(reader_schema)
         self.registry = registry
         self.store = store if store is not None else SchemaStore()

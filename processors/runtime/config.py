@@ -29,6 +29,7 @@ from processors.runtime.kafka_security import (
     install_security,
     parse_security,
 )
+from topics.avro_bounds import LIMIT_NAMES, DecodeLimits, install_limits
 
 __all__ = ["ConfigError", "Settings", "find_project", "load_settings", "resolve_bootstrap"]
 
@@ -57,6 +58,8 @@ class Settings:
     #: TLS and SASL settings of every Kafka client (the ``[kafka]`` table, STREAMON_KAFKA_*);
     #: its repr masks the passwords
     kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
+    #: bounds on every record decode (the ``[decode]`` table, STREAMON_DECODE_*)
+    decode: DecodeLimits = field(default_factory=DecodeLimits)
 
 
 def _check_str(value: Any, path: Path, key: str) -> str:
@@ -82,6 +85,30 @@ _CHECKS = {
     "state_dir": _state_dir,
     "session_timeout_s": _check_timeout,
 }
+
+
+#: keys that hold a table: Kafka client security, decode bounds
+_TABLES = ("kafka", "decode")
+
+
+def _decode_limits(
+    table: Mapping[str, Any], path: Path | None, env: Mapping[str, str]
+) -> DecodeLimits:
+    """The ``[decode]`` table (bounds on every record decode), each bound overridden by its
+    STREAMON_DECODE_* variable."""
+    values = {}
+    for key, value in table.items():
+        if key not in LIMIT_NAMES:
+            raise ConfigError(f"{path}: [decode] key {key!r} is unknown (known: "
+                              f"{', '.join(LIMIT_NAMES)})")  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{path}: [decode] key {key!r} must be a positive integer, "
+                              f"got {value!r}")  # fmt: skip
+        values[key] = value
+    try:
+        return DecodeLimits.from_env(env, DecodeLimits(**values))
+    except ValueError as exc:
+        raise ConfigError(f"environment: {exc}") from exc
 
 
 def find_project(start: Path | None = None) -> Path | None:
@@ -113,14 +140,14 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        if key == "kafka":
+        if key in _TABLES:
             if not isinstance(value, dict):
-                raise ConfigError(f"{path}: key 'kafka' must be a table ([kafka]), got {value!r}")
+                raise ConfigError(f"{path}: key {key!r} must be a table ([{key}]), got {value!r}")
             values[key] = value
             continue
         check = _CHECKS.get(key)
         if check is None:
-            known = ", ".join(sorted([*_CHECKS, "kafka"]))
+            known = ", ".join(sorted([*_CHECKS, *_TABLES]))
             raise ConfigError(f"{path}: unknown key {key!r} (known keys: {known})")
         values[key] = check(value, path, key)
     return values
@@ -162,6 +189,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     path = _config_path(env, project)
     values = _read_file(path) if path is not None else {}
     kafka = _kafka_security(values.pop("kafka", {}), path, env)
+    decode = _decode_limits(values.pop("decode", {}), path, env)
+    install_limits(decode)  # every codec of this process keeps them
     for key, var in (
         ("bootstrap", ENV_BOOTSTRAP),
         ("schema_registry_url", ENV_SCHEMA_REGISTRY),
@@ -177,6 +206,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         state_dir=state_dir,
         session_timeout_s=values.get("session_timeout_s", DEFAULT_SESSION_TIMEOUT_S),
         kafka=kafka,
+        decode=decode,
     )
 
 

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import confluent_kafka
+
 from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.publish import publish_batch
 from processors.core.batch import Batch
@@ -125,18 +127,42 @@ class Publisher:
     """Publishes batches of readings on a thread, one every ``every_s``, until stopped: the
     input keeps flowing while workers crash. ``batches``: what was published, for the oracle."""
 
-    def __init__(self, bootstrap: str, topic: str, rows: int = 15_000, every_s: float = 0.5):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        rows: int = 15_000,
+        every_s: float = 0.5,
+        malformed: float = 0.0,
+    ) -> None:
+        """``malformed``: after each batch, that share of its rows again as records that do
+        not decode (random bytes), one of them near 1 MB; ``garbage`` counts them."""
         self.bootstrap, self.topic, self.rows, self.every_s = bootstrap, topic, rows, every_s
+        self.malformed = malformed
         self.batches: list[Batch] = []
+        self.garbage = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        rng = random.Random(7)
+        raw = None
+        if self.malformed:
+            raw = confluent_kafka.Producer(
+                {"bootstrap.servers": self.bootstrap, "message.max.bytes": 2_000_000}
+            )
         while not self._stop.is_set():
             n = len(self.batches) + 1
             batch = reading_columns(self.rows, seed=n, start_ms=n * 10**9)
             publish(self.bootstrap, self.topic, batch)
             self.batches.append(batch)
+            if raw is not None:
+                count = int(self.rows * self.malformed)
+                for i in range(count):
+                    size = 900_000 if i == 0 else rng.randrange(1, 80)
+                    raw.produce(self.topic, rng.randbytes(size), key=b"bad%d" % i)
+                assert raw.flush(30) == 0
+                self.garbage += count
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> Publisher:
@@ -192,3 +218,13 @@ def settle(bootstrap: str, topic: str, want: int, workers: list[WorkerProcess]) 
     wait_for_count(bootstrap, topic, want, 180, workers)
     time.sleep(2.0)
     return wait_for_count(bootstrap, topic, want, 1, workers)
+
+
+def dead_letters(bootstrap: str, source_topic: str) -> list[dict]:
+    """The dead letters of ``source_topic``'s records."""
+    store, schema = SchemaStore(), load_schema("dead_letter")
+    letters = [
+        decode_single_object(r.value, schema, store)
+        for r in read_topic(bootstrap, "streamon.deadletters")
+    ]
+    return [d for d in letters if d["source_topic"] == source_topic]

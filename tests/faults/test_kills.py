@@ -8,6 +8,7 @@ at-least-once mode none is missing and the duplicates are counted (and reported)
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from faults_helpers import (
     FILTER_QUERY,
     Publisher,
     aggregate_oracle,
+    dead_letters,
     filter_oracle,
     kill_during,
     make_topics,
@@ -26,12 +28,14 @@ from faults_helpers import (
 )
 
 
-def run_filter(bootstrap: str, tmp_path: Path, name: str, guarantee: str, seed: int):
+def run_filter(
+    bootstrap: str, tmp_path: Path, name: str, guarantee: str, seed: int, malformed: float = 0.0
+):
     topic, result = f"{name}.in", f"{name}.out"
     text = FILTER_QUERY.format(name=name, topic=topic, result=result, guarantee=guarantee)
     path, plan = write_query(tmp_path, text)
     make_topics(bootstrap, plan)
-    with Publisher(bootstrap, topic) as publisher:
+    with Publisher(bootstrap, topic, malformed=malformed) as publisher:
         last, logs = kill_during(tmp_path, bootstrap, path, result, 3, seed)
     want = filter_oracle(publisher.batches)
     try:
@@ -39,13 +43,13 @@ def run_filter(bootstrap: str, tmp_path: Path, name: str, guarantee: str, seed: 
         got = result_rows(bootstrap, result, plan.output_schema, ("ts", "sensor_id"))
     finally:
         last.stop()
-    return got, want, "\n".join(logs) + "\n" + last.log_tail(60)
+    return got, want, "\n".join(logs) + "\n" + last.log_tail(60), publisher.garbage
 
 
 def test_filter_query_is_exact_through_random_sigkills(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
-    got, want, log = run_filter(bootstrap, tmp_path, topic_name, "exactly_once", seed=11)
+    got, want, log, _ = run_filter(bootstrap, tmp_path, topic_name, "exactly_once", seed=11)
     missing = want - got
     repeated = got - want
     assert not missing and not repeated, (
@@ -57,7 +61,7 @@ def test_filter_query_is_exact_through_random_sigkills(
 def test_filter_query_loses_nothing_at_least_once_and_counts_its_repeats(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
-    got, want, log = run_filter(bootstrap, tmp_path, topic_name, "at_least_once", seed=11)
+    got, want, log, _ = run_filter(bootstrap, tmp_path, topic_name, "at_least_once", seed=11)
     missing = want - got
     assert not missing, f"{sum(missing.values())} missing\n{log[-5000:]}"
     repeated = sum((got - want).values())
@@ -95,3 +99,19 @@ def test_group_by_is_exact_through_random_sigkills(
     # most once (a repeated update would show as a row twice, cancelled or not)
     assert max(inserted.values()) == 1 and max(deleted.values(), default=1) == 1, log[-5000:]
     assert not deleted - inserted, log[-5000:]
+
+
+def test_ten_percent_malformed_input_through_sigkills_gives_each_dead_letter_once(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    """10% of the records do not decode (one per batch near 1 MB): exactly-once, through three
+    kills, every good record's result once and every bad record's dead letter once."""
+    got, want, log, garbage = run_filter(
+        bootstrap, tmp_path, topic_name, "exactly_once", seed=3, malformed=0.1
+    )
+    missing, repeated = sum((want - got).values()), sum((got - want).values())
+    assert got == want, f"{missing} missing, {repeated} repeated\n{log[-4000:]}"
+    assert garbage > 1_000
+    letters = dead_letters(bootstrap, f"{topic_name}.in")
+    where = Counter((d["partition"], d["offset"]) for d in letters)
+    assert len(where) == garbage and max(where.values()) == 1, (len(where), garbage)

@@ -116,3 +116,33 @@ def test_resolve_bootstrap_without_start_needs_a_running_broker(tmp_path: Path) 
 
     with pytest.raises(BrokerError, match="no embedded broker running"):
         resolve_bootstrap(Settings(None, None, tmp_path / "empty"), start=False)
+
+
+def test_decode_bounds_come_from_the_file_and_the_environment_beats_it(tmp_path: Path) -> None:
+    from topics.avro import load_schema
+    from topics.avro_bounds import DecodeLimits, install_limits
+    from topics.columnar import RecordCodec
+
+    _write(tmp_path / "streamon.toml", "[decode]\nmax_record_bytes = 4096\nmax_nesting = 8\n")
+    try:
+        settings = load_settings({"STREAMON_DECODE_MAX_NESTING": "5"})
+        assert settings.decode == DecodeLimits(max_record_bytes=4096, max_nesting=5)
+        # every codec made afterwards keeps them
+        assert RecordCodec(load_schema("reading")).limits == settings.decode
+    finally:
+        install_limits(DecodeLimits())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[decode]\nmax_record_bytes = 0\n", "positive integer"),
+        ("[decode]\nmax_record_bytes = true\n", "positive integer"),
+        ("[decode]\nmax_items = 3\n", "unknown"),
+        ("decode = 3\n", "must be a table"),
+    ],
+)
+def test_bad_decode_bounds_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    _write(tmp_path / "streamon.toml", text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings({})
