@@ -24,6 +24,7 @@ from faults_helpers import (
     result_rows,
     result_updates,
     settle,
+    wait_until,
     write_query,
 )
 
@@ -38,9 +39,18 @@ def run_filter(
     with Publisher(bootstrap, topic, malformed=malformed) as publisher:
         last, logs = kill_during(tmp_path, bootstrap, path, result, 3, seed)
     want = filter_oracle(publisher.batches)
+    fields = ("ts", "sensor_id")
     try:
+        # every expected row there (a count is not enough: repeats would reach it early),
+        # then quiet for a while: anything extra would show up by then
         settle(bootstrap, result, sum(want.values()), [last])
-        got = result_rows(bootstrap, result, plan.output_schema, ("ts", "sensor_id"))
+        wait_until(
+            lambda: not want - result_rows(bootstrap, result, plan.output_schema, fields),
+            120,
+            [last],
+        )
+        time.sleep(2.0)
+        got = result_rows(bootstrap, result, plan.output_schema, fields)
     finally:
         last.stop()
     return got, want, "\n".join(logs) + "\n" + last.log_tail(60), publisher.garbage
