@@ -301,12 +301,16 @@ class ExactlyOnce:
                  "had arrived)", name, epoch, len(outbox) - there, len(outbox), there)  # fmt: skip
 
     def forget(self, partitions: Iterable[Any]) -> None:
-        """Revoked partitions: their next owner restores them from the stored records."""
+        """Revoked partitions (just committed): their next owner restores them from the stored
+        records. Anything their units did after that commit is dropped unsent: the new owner
+        redoes it from the stored positions, and a record written here now would overwrite
+        the new owner's."""
         for tp in partitions:
             for name, agent in self.agents.items():
                 if tp.topic in agent.in_topics:
-                    self._restored.pop((name, tp.partition), None)
-                    self._base.pop((name, tp.partition), None)
+                    unit = (name, tp.partition)
+                    for kept in (self._restored, self._base, self._outboxes, self._progress):
+                        kept.pop(unit, None)
             self.committed.pop((tp.topic, tp.partition), None)
 
     def connect(self, app: Any) -> None:
