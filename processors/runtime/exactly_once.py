@@ -185,10 +185,10 @@ class ExactlyOnce:
     async def commit(self) -> None:
         """Store every unit that moved (record, then outbox), then send the outboxes."""
         async with self._lock:
-            staged = self._stage()
-            if not staged:
-                return
             try:
+                staged = self._stage()
+                if not staged:
+                    return
                 await self.producer.flush()  # the commit point of every staged unit
                 for unit, epoch, outbox, _ in staged:
                     self._send(unit, epoch, outbox, {})

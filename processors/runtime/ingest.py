@@ -215,8 +215,8 @@ def _progress_timer(
         except Exception:  # revoked meanwhile
             return False
         at = stats.positions.get(partition)
-        if high is None:  # no fetch answer with a high watermark yet: an empty partition
-            return at is None
+        if high is None:  # no fetch answer yet: the partition may hold a backlog (a busy
+            return False  # worker's first fetch can take seconds); every answer sets it
         return at is not None and high <= at or high == 0
 
     @ctx.app.timer(PROGRESS_INTERVAL_S)

@@ -51,6 +51,7 @@ from topics.avro import load_schema
 query = Query({name!r})
 query.stream("r", topic={topic!r}, schema=load_schema("reading"), key="sensor_id",
              timestamp="ts", partitions=2)
+{window}
 query.where(col("r.ok") == True)
 query.group_by("r.site").aggregate(n="count", total=("sum", "r.sensor_id"))
 query.into({result!r}, partitions=1)

@@ -27,7 +27,7 @@ def test_two_one_two_workers_under_load_give_exact_results(
 ) -> None:
     topic, result = f"{topic_name}.in", f"{topic_name}.out"
     path, plan = write_query(
-        tmp_path, AGGREGATE_QUERY.format(name=topic_name, topic=topic, result=result)
+        tmp_path, AGGREGATE_QUERY.format(name=topic_name, topic=topic, result=result, window="")
     )
     make_topics(bootstrap, plan)
     fields = ("site", "n", "total")

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import confluent_kafka
+import pytest
 from integration.test_pipeline import Pipeline
 from integration.test_state_restore import plan_of, publish, start, wait_settled
 
@@ -28,6 +29,7 @@ query.stream("r", topic={topic!r}, schema=load_schema("reading"), key="sensor_id
 query.window("r", range_ms=10**9)
 query.group_by("r.site").aggregate(n="count", total=("sum", "r.sensor_id"))
 query.into({result!r}, partitions=1)
+query.processing_guarantee({guarantee!r})
 """
 
 
@@ -88,12 +90,15 @@ def _counts(batches: list[Batch]) -> Counter:
     return Counter({(site, n[site], total[site]): 1 for site in n})
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_an_envelope_with_a_renamed_column_is_a_dead_letter_not_a_poisoned_window(
-    bootstrap: str, tmp_path: Path, topic_name: str
+    bootstrap: str, tmp_path: Path, topic_name: str, guarantee: str
 ) -> None:
     topic, result = f"{topic_name}.in", f"{topic_name}.out"
     path = tmp_path / "query.py"
-    path.write_text(WINDOWED.format(name=topic_name, topic=topic, result=result))
+    path.write_text(
+        WINDOWED.format(name=topic_name, topic=topic, result=result, guarantee=guarantee)
+    )
     plan = plan_of(path)
     physical = compile_plan(plan)
     ensure_topics(bootstrap, topic_specs(physical))
