@@ -263,11 +263,12 @@ def test_filter_query_split_over_two_workers(
             assert shown == held, f"{worker.worker_id} holds {held} but shows stages of {shown}"
         deadline = time.monotonic() + 10
         while True:  # the stages' stats reach the status pages a moment after their results
-            orders = {p: s["order"][0] for w in workers for p, s in filter_plans(w).items()}
+            plans = {p: s for w in workers for p, s in filter_plans(w).items()}
+            orders = {p: s["order"][0] for p, s in plans.items()}
             if orders == {str(p): B for p in range(PARTITIONS)} or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        assert orders == {str(p): B for p in range(PARTITIONS)}, orders
+        assert_led_by(plans, B)
         for worker in workers:
             assert worker.stop() == 0, worker.log_tail()
     finally:
