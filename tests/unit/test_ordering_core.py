@@ -84,6 +84,21 @@ def test_cost_estimates_average_over_recent_calls() -> None:
     assert CostEstimates(2, fixed=(1.0, 4.0)).values().tolist() == [1.0, 4.0]
 
 
+def test_a_stalled_call_does_not_change_a_filters_cost() -> None:
+    """A call descheduled for 5 ms (a GIL switch interval) among 2-microsecond calls: by total
+    time over total tuples it made the filter look 40 times dearer, which put a filter dropping
+    90% behind one dropping 2% on a loaded CI machine. The median ignores it, and still follows
+    a real change once it holds for half the ring."""
+    est = CostEstimates(1, samples=64, min_tuples=10)
+    for _ in range(40):
+        est.record(0, 2_000, 250)  # 8 ns per tuple
+    est.record(0, 5_000_000, 250)
+    assert est.values()[0] == 8.0
+    for _ in range(33):
+        est.record(0, 10_000, 250)  # the filter now costs 40 ns per tuple
+    assert est.values()[0] == 40.0
+
+
 def test_defaults_follow_table_1() -> None:
     assert OrderingConfig().p == 0.01 and OrderingConfig().window == 1000
     assert OrderingConfig("independent").p == 0.005

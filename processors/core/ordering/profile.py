@@ -72,7 +72,8 @@ class ProfileWindow:
 
 
 class CostEstimates:
-    """Per-filter processing time a_i: total time over total tuples of the last K timed calls.
+    """Per-filter processing time a_i: the median time per tuple of the last K timed calls
+    (a median, so one call stalled by the scheduler does not reorder the filters).
 
     Timing is per batch call (or, for index filters run in one kernel call, per filter from the
     kernel's cycle counts), not per tuple: one clock read costs more than one hash probe, so
