@@ -320,16 +320,22 @@ def decode_batch(data: bytes | bytearray | memoryview) -> Batch:
 MAX_ENVELOPE_BYTES = 512 * 1024
 
 
-def encode_envelopes(batch: Batch, max_bytes: int = MAX_ENVELOPE_BYTES) -> list[bytes]:
-    """``batch`` as envelopes of at most about ``max_bytes`` each (row ranges, in order)."""
+def envelope_slices(batch: Batch, max_bytes: int = MAX_ENVELOPE_BYTES) -> list[Batch]:
+    """``batch`` cut into row ranges (in order) of at most about ``max_bytes`` each: the
+    envelopes ``encode_envelopes`` writes, for a sender that labels each one."""
     n = len(batch)
     if n <= 1 or batch.nbytes() <= max_bytes:
-        return [encode_batch(batch)]
+        return [batch]
     ends = np.cumsum(batch.row_nbytes())
-    envelopes, start, base = [], 0, 0
+    pieces, start, base = [], 0, 0
     while start < n:
         # last row that keeps this envelope within max_bytes (at least one row)
         stop = max(start + 1, int(np.searchsorted(ends, base + max_bytes, side="right")))
-        envelopes.append(encode_batch(batch.slice(start, stop)))
+        pieces.append(batch.slice(start, stop))
         base, start = int(ends[stop - 1]), stop
-    return envelopes
+    return pieces
+
+
+def encode_envelopes(batch: Batch, max_bytes: int = MAX_ENVELOPE_BYTES) -> list[bytes]:
+    """``batch`` as envelopes of at most about ``max_bytes`` each (row ranges, in order)."""
+    return [encode_batch(piece) for piece in envelope_slices(batch, max_bytes)]

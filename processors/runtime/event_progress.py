@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from processors.core.batch import Batch
 from processors.stages.merge_stage import marker, tag
+from topics.envelope import MAX_ENVELOPE_BYTES, envelope_slices
 
 NO_TS = -(2**63)
 IDLE_REPEAT_S = 0.5
@@ -63,9 +64,30 @@ class EventProgress:
         self.idle_marks = 0
         self.watermarks = 0
 
-    def tag(self, batch: Batch, source: int) -> Batch:
-        """``batch`` labelled with its input partition and that partition's watermark."""
-        return tag(batch, source, self.sources[source].high, self.wall_ms())
+    def tag(self, batch: Batch, source: int, more_follow: bool = False) -> Batch:
+        """``batch`` labelled with its input partition and that partition's watermark; when
+        ``more_follow`` (more of this unit's tuples go to the same internal partition after
+        it, e.g. the rest of a batch cut to fit envelopes), with the batch's own largest event
+        time instead: a merge that took the unit's watermark from the first envelope would
+        release the other sources past the tuples still to come, which then arrive late."""
+        high = self.sources[source].high
+        if more_follow and len(batch):
+            high = min(high, int(batch.ts.max()))
+        return tag(batch, source, high, self.wall_ms())
+
+    def label(
+        self, parts: list[tuple[int, Batch]], source: int, max_bytes: int = MAX_ENVELOPE_BYTES
+    ) -> list[tuple[int, Batch]]:
+        """A unit's data for internal partitions, ``(target, batch)`` in sending order, cut into
+        envelopes and each labelled (``tag``): the last envelope to each target carries the
+        source's watermark, the ones before it their own largest event time."""
+        pieces = [
+            (target, piece) for target, part in parts for piece in envelope_slices(part, max_bytes)
+        ]
+        last = {target: i for i, (target, _) in enumerate(pieces)}
+        for i, (target, piece) in enumerate(pieces):
+            self.tag(piece, source, more_follow=last[target] != i)
+        return pieces
 
     def saw(self, source: int, max_ts: int, now_s: float) -> None:
         """A unit of records of ``source`` whose largest event time is ``max_ts``."""

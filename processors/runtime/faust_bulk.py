@@ -147,6 +147,12 @@ class BulkConsumer(faust_aiokafka.Consumer):
             await hook()
         return await super()._commit(offsets)
 
+    def committed_position(self, tp: TP) -> int | None:
+        """The group's committed offset of ``tp`` (the next to read) as of the last seek or
+        commit; None when unknown or 0. An agent that has processed nothing of ``tp`` since
+        the assignment stands there."""
+        return self._committed_offset.get(tp)
+
     def _new_offset(self, tp: TP) -> int | None:  # replaces Consumer._new_offset
         """The offset to commit: the end of the first run of done offsets, or None.
 

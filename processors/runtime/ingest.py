@@ -154,9 +154,9 @@ def add_ingest_agent(
             if route is None
             else (route.split(batches, block.partition))
         )
+        if progress is not None:
+            parts = progress.label(parts, block.partition)
         for target, part in parts:
-            if progress is not None:
-                progress.tag(part, block.partition)
             written += send(part, target, arrival_ms)
             targets.add(target)
         if progress is not None:
@@ -174,7 +174,11 @@ def add_ingest_agent(
         async for block in blocks:
             if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
                 fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            end = block.offsets[-1] + 1 if len(block) else None
             block = block.from_offset(ctx.floor(name, block.topic, block.partition))
+            if not len(block) and end is not None:  # all done before (exactly-once restart):
+                moved = max(stats.positions.get(block.partition, 0), end)  # read to here
+                stats.positions[block.partition] = moved
             for unit in block.split(ctx.turn_tuples(stats)):
                 if not len(unit):
                     continue
@@ -215,9 +219,12 @@ def _progress_timer(
         except Exception:  # revoked meanwhile
             return False
         at = stats.positions.get(partition)
+        if at is None:  # nothing read since the assignment: where reading starts
+            committed = ctx.app.consumer.committed_position(TP(source_topic, partition))
+            at = max(committed or 0, ctx.floor(name, source_topic, partition))
         if high is None:  # no fetch answer yet: the partition may hold a backlog (a busy
             return False  # worker's first fetch can take seconds); every answer sets it
-        return at is not None and high <= at or high == 0
+        return high <= at or high == 0
 
     @ctx.app.timer(PROGRESS_INTERVAL_S)
     async def send_progress() -> None:

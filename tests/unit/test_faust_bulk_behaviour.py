@@ -30,6 +30,16 @@ from hypothesis import strategies as st
 # -- behaviour: one ack commits a whole block -------------------------------------------------
 
 
+def test_committed_position_is_where_the_group_left_a_partition() -> None:
+    _, c = make_consumer()
+    tp = TP(BULK_TOPIC, 0)
+    assert c.committed_position(tp) is None
+    c._committed_offset[tp] = 10  # what perform_seek sets after an assignment
+    assert c.committed_position(tp) == 10, relied_on(
+        "Consumer._committed_offset", "no longer holds the committed offsets"
+    )
+
+
 def test_gap_plus_one_ack_commits_the_whole_block() -> None:
     async def body() -> None:
         _, c = make_consumer()

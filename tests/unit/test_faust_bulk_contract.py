@@ -74,7 +74,7 @@ def test_fetcher_still_calls_the_consumers_drain_messages() -> None:
 
 
 def test_bulk_consumer_helpers_do_not_shadow_faust_members() -> None:
-    own = {"_deliver", "_deliver_each", "_deliver_block", "_maybe_commit"}
+    own = {"_deliver", "_deliver_each", "_deliver_block", "_maybe_commit", "committed_position"}
     clash = sorted(own & set(dir(faust_aiokafka.Consumer)))
     assert clash == [], relied_on(
         f"Consumer.{', '.join(clash)}",

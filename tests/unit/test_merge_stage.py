@@ -166,6 +166,36 @@ def test_watermarks_go_to_the_partitions_without_data_at_most_every_gap() -> Non
     assert sorted(q for q, _ in sent) == [0, 1, 2]
 
 
+@pytest.mark.parametrize("two_batches", [False, True])
+def test_a_unit_cut_into_several_envelopes_is_never_late_at_the_merge(two_batches: bool) -> None:
+    """The windowed GROUP BY kill test's failure: ingest's backlog of input partition 1 was one
+    unit, cut into two envelopes for size, both labelled with the unit's watermark. The merge
+    took it from the first and released partition 0's tuples past the second's, which then
+    came below the released watermark (late, to the dead letters). Each envelope but the
+    last to a target now carries its own largest time."""
+    progress = EventProgress(partitions=1, idle_timeout_ms=1_000)
+    stage = MergeStage(2)
+    out = stage.process(tag(source_batch(list(range(0, 400, 2)), list(range(200))), 0, 398))
+    ts = list(range(1, 400, 2))
+    progress.saw(1, max(ts), now_s=1.0)
+    unit = source_batch(ts, list(range(200, 400)))
+    parts = [(0, unit.slice(0, 150)), (0, unit.slice(150, 200))] if two_batches else [(0, unit)]
+    pieces = progress.label(parts, 1, max_bytes=1_000)
+    assert len(pieces) > 2 and sum(len(p) for _, p in pieces) == 200
+    watermarks = [int(p.meta[WATERMARK]) for _, p in pieces]
+    later_min = [
+        int(min(int(q.ts.min()) for _, q in pieces[i + 1 :])) for i in range(len(pieces) - 1)
+    ]
+    assert (
+        all(w <= m for w, m in zip(watermarks, later_min, strict=False)) and watermarks[-1] == 399
+    )
+    for _, piece in pieces:
+        out += stage.process(piece)
+    out += stage.flush()
+    merged = np.concatenate([b.ts for b in out])
+    assert merged.tolist() == list(range(400)) and stage.stats().get("late", 0) == 0
+
+
 def test_an_input_partition_is_idle_only_when_read_to_its_end_and_quiet() -> None:
     progress = EventProgress(partitions=2, idle_timeout_ms=1_000)
     progress.saw(3, 70, now_s=0.0)
