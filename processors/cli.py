@@ -120,6 +120,10 @@ def _bench(args: argparse.Namespace) -> int:
         from processors.bench.arbiter import run_arbiter_bench
 
         results = run_arbiter_bench(records=args.records or 500_000, kafka=not args.no_kafka)
+    elif args.what == "latency":
+        from processors.bench.latency import run_latency_bench
+
+        results = run_latency_bench(backlog=args.records or 200_000)
     elif args.what == "codec":
         from processors.bench.codec import measure_codec
 
@@ -320,10 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks")
     bench.add_argument(
-        "what", choices=["ingest", "codec", "envelope", "filters", "mjoin", "spark", "arbiter"]
+        "what",
+        choices=["ingest", "codec", "envelope", "filters", "mjoin", "spark", "arbiter", "latency"],
     )
     bench.add_argument(
-        "--records", type=int, default=None, help="ingest: 500,000 (default); spark: 1,000,000"
+        "--records",
+        type=int,
+        default=None,
+        help="ingest: 500,000 (default); spark: 1,000,000; latency: the backlog, 200,000",
     )
     bench.add_argument("--tuples", type=int, default=4_000_000, help="filters: stage tuples")
     bench.add_argument(

@@ -1,0 +1,233 @@
+"""``streamon bench latency``: output latency at half of the measured capacity (issue 16).
+
+For each of three queries (a filter, a 3-way RANGE-window join, a GROUP BY), one worker on the
+embedded broker (or ``STREAMON_BOOTSTRAP``):
+
+1. **capacity**: a backlog of old records is published before the worker starts; capacity is
+   those records over the span of the result records' produce timestamps, first to last (so
+   start-up is left out, as in the other end-to-end benchmarks);
+2. **latency**: the same worker then gets records at half that rate for ``seconds``, each
+   carrying its publish wall-clock time as its event time. A result's latency is its produce
+   timestamp minus the newest input time it reflects: the row's ``ts`` (filter), the largest
+   of the three ``ts`` (join: the last record completes the match), the group's ``max(ts)``
+   (GROUP BY: the update that shows the newest record). Results of the first second are
+   left out (the rate settles); ``longest_gap_ms`` is the longest time without any result
+   record while input flows.
+
+The publisher runs in this process on the same machine: on 2 cores it takes a share of a core
+at the higher rates, which the figures include.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from processors.commands.launcher import WorkerProcess
+from processors.runtime.config import load_settings, resolve_bootstrap
+from processors.runtime.producer import SIGN_HEADER, RecordProducer
+from processors.workloads.examples import reading_columns
+from topics.admin import ensure_topics, high_watermarks, read_topic
+from topics.avro import SchemaStore, decode_single_object, load_schema
+from topics.columnar import RecordCodec
+from topics.specs import TopicSpec
+
+PARTITIONS = 4
+JOIN_WINDOW_MS = 1_000
+WARMUP_S = 1.0
+TICK_S = 0.01
+
+_HEAD = """\
+from processors.core.query import Query, col
+from topics.avro import load_schema
+query = Query({name!r})
+"""
+_STREAM = """\
+query.stream({s!r}, topic={prefix!r} + ".{s}", schema=load_schema("reading"), key="sensor_id",
+             timestamp="ts", partitions={p})
+"""
+QUERIES: dict[str, tuple[str, str]] = {  # name -> (streams, the rest of the query)
+    "filter": ("r", 'query.where(col("r.temperature") < 25.0)\n'),
+    "join": (
+        "abc",
+        "".join(f'query.window("{s}", range_ms={JOIN_WINDOW_MS})\n' for s in "abc")
+        + 'query.join("a.sensor_id", "b.sensor_id").join("b.sensor_id", "c.sensor_id")\n'
+        + 'query.select(a_ts="a.ts", b_ts="b.ts", c_ts="c.ts")\n',
+    ),
+    "groupby": ("r", 'query.group_by("r.site").aggregate(n="count", newest=("max", "r.ts"))\n'),
+}
+NEWEST = {"filter": ("ts",), "join": ("a_ts", "b_ts", "c_ts"), "groupby": ("newest",)}
+
+
+def _say(text: str) -> None:
+    print(f"[bench] {text}", flush=True)
+
+
+def query_text(kind: str, name: str, prefix: str, result: str) -> str:
+    streams, rest = QUERIES[kind]
+    text = _HEAD.format(name=name)
+    text += "".join(_STREAM.format(s=s, prefix=prefix, p=PARTITIONS) for s in streams)
+    return text + rest + f"query.into({result!r}, partitions={PARTITIONS})\n"
+
+
+class _Publisher:
+    """Readings for a query's streams, encoded in bulk. Join keys are drawn from a range sized
+    so that a key recurs about once per window per stream at the offered rate (each arrival
+    then matches about one tuple of each other stream, as in a key-to-key join)."""
+
+    def __init__(self, bootstrap: str, prefix: str, streams: str) -> None:
+        self.topics = [f"{prefix}.{s}" for s in streams]
+        self.codec = RecordCodec(load_schema("reading"))
+        self.producer = RecordProducer(bootstrap)
+        self.sent = 0
+        self.keys = 1_000
+
+    def publish(self, n: int, ts: np.ndarray | None = None) -> None:
+        batch = reading_columns(n, seed=self.sent % 9973)
+        if ts is not None:
+            batch.columns["ts"] = ts
+        batch.columns["sensor_id"] = np.random.default_rng(self.sent).integers(0, self.keys, n)
+        k = len(self.topics)
+        for i, topic in enumerate(self.topics):  # every k-th row to each stream: same times
+            part = batch.take(np.arange(i, n, k))
+            if len(part):
+                buf, offsets = self.codec.encode_many(part.columns, len(part))
+                self.producer.produce_many(topic, buf, offsets)
+        self.sent += n
+
+    def flush(self) -> None:
+        self.producer.flush()
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def _ingested(worker: WorkerProcess) -> int:
+    """Input records the worker's ingest agents have taken in."""
+    agents = worker.status()["stats"]["agents"]
+    return sum(int(a["tuples_in"]) for a in agents if a["agent"].startswith("ingest"))
+
+
+def _wait_drained(worker: WorkerProcess, bootstrap: str, result: str, want: int) -> None:
+    """Until the worker has ingested ``want`` records and its results stopped growing."""
+    deadline = time.monotonic() + 300
+    last = -1
+    while time.monotonic() < deadline:
+        if not worker.running:
+            raise RuntimeError(f"worker exited:\n{worker.log_tail(30)}")
+        try:
+            done = _ingested(worker) >= want
+        except (OSError, KeyError, ValueError):
+            done = False
+        try:
+            count = sum(high_watermarks(bootstrap, result).values())
+        except Exception:  # the result topic is not there yet
+            count = 0
+        if done and count == last and count > 0:
+            return
+        last = count
+        time.sleep(1.0)
+    raise RuntimeError(f"the worker did not drain {want} records in 300 s: {worker.log_path}")
+
+
+def _results(bootstrap: str, result: str, kind: str, schema: dict) -> list[tuple[int, int]]:
+    """(produce timestamp, newest input time reflected) of every inserted result row."""
+    store = SchemaStore(load=False)
+    store.add(schema)
+    fields = NEWEST[kind]
+    rows = []
+    for record in read_topic(bootstrap, result):
+        if dict(record.headers).get(SIGN_HEADER) == b"-1":
+            continue  # a retraction: the insert after it speaks for the update
+        row = decode_single_object(record.value, schema, store)
+        rows.append((int(record.timestamp_ms), max(int(row[f]) for f in fields)))
+    return rows
+
+
+def _pace(publisher: _Publisher, rate: float, seconds: float) -> tuple[float, float]:
+    """Publish ``rate`` records/s for ``seconds``, event time = wall-clock ms at publish;
+    returns the wall-clock span (s) the records were published in."""
+    started = time.time()
+    end = started + seconds
+    sent = 0
+    while (now := time.time()) < end:
+        due = int(rate * (now - started)) - sent
+        if due > 0:
+            publisher.publish(due, np.full(due, int(now * 1000), np.int64))
+            sent += due
+        time.sleep(TICK_S)
+    publisher.flush()
+    return started, time.time()
+
+
+def run_one(bootstrap: str, state: Path, kind: str, backlog: int, seconds: float) -> dict:
+    run = f"lat-{kind}-{time.strftime('%H%M%S')}"
+    prefix, result = run, f"{run}.out"
+    streams = QUERIES[kind][0]
+    ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{s}", PARTITIONS) for s in streams])
+    text = query_text(kind, run, prefix, result)
+    scope: dict[str, Any] = {}
+    exec(text, scope)  # noqa: S102 (the bench's own query text)
+    schema = scope["query"].build().output_schema
+    publisher = _Publisher(bootstrap, prefix, streams)
+    old = int(time.time() * 1000) - 3_600_000
+    # the backlog's event time moves 10,000 records a second: keys recur about once a window
+    publisher.keys = max(10, int(10_000 / len(streams) * JOIN_WINDOW_MS / 1000))
+    publisher.publish(backlog, old + np.arange(backlog, dtype=np.int64) // 10)
+    publisher.flush()
+    query_file = state / f"{run}.py"
+    query_file.write_text(text)
+    worker = WorkerProcess(
+        query_file, bootstrap=bootstrap, state_dir=state, worker_id=run, loglevel="warn"
+    )
+    try:
+        _wait_drained(worker, bootstrap, result, backlog)
+        stamps = [t for t, _ in _results(bootstrap, result, kind, schema)]
+        capacity = backlog / max((max(stamps) - min(stamps)) / 1000.0, 1e-3)
+        rate = capacity / 2
+        # join keys recur about once per window per stream at the offered rate
+        publisher.keys = max(10, int(rate / len(streams) * JOIN_WINDOW_MS / 1000))
+        _say(f"{kind}: capacity {capacity:,.0f} records/s; offering {rate:,.0f}/s for "
+             f"{seconds:.0f} s")  # fmt: skip
+        started, ended = _pace(publisher, rate, seconds)
+        _wait_drained(worker, bootstrap, result, publisher.sent)
+    finally:
+        worker.stop()
+        publisher.close()
+    from_ms, to_ms = int((started + WARMUP_S) * 1000), int(ended * 1000)
+    paced = sorted(r for r in _results(bootstrap, result, kind, schema) if r[1] >= from_ms)
+    lat = np.array([t - newest for t, newest in paced], dtype=np.float64)
+    times = np.array([t for t, _ in paced if t <= to_ms], dtype=np.int64)
+    gaps = np.diff(np.concatenate([[from_ms], times, [to_ms]])) if len(times) else [to_ms - from_ms]
+    figures = {
+        "capacity_records_per_s": capacity,
+        "offered_records_per_s": rate,
+        "published": publisher.sent - backlog,
+        "results": len(paced),
+        "p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
+        "p99_ms": float(np.percentile(lat, 99)) if len(lat) else None,
+        "max_ms": float(lat.max()) if len(lat) else None,
+        "longest_gap_ms": float(np.max(gaps)),
+    }
+    _say(f"{kind}: " + ", ".join(f"{k} {v:,.0f}" for k, v in figures.items() if v is not None))
+    return figures
+
+
+def run_latency_bench(backlog: int = 200_000, seconds: float = 20.0) -> dict[str, Any]:
+    settings = load_settings()
+    bootstrap = resolve_bootstrap(settings)
+    state = settings.state_dir / "bench-latency"
+    state.mkdir(parents=True, exist_ok=True)
+    _say(f"broker {bootstrap}")
+    results: dict[str, Any] = {}
+    for kind in QUERIES:
+        figures = run_one(bootstrap, state, kind, backlog, seconds)
+        results[kind] = figures
+        for key in ("p50_ms", "p99_ms", "max_ms"):
+            results[f"{kind}_{key}"] = figures[key]
+        results[f"{kind}_longest_gap_ms"] = figures["longest_gap_ms"]
+    results["longest_gap_ms"] = max(results[f"{k}_longest_gap_ms"] for k in QUERIES)
+    return results
