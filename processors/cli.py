@@ -100,38 +100,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.what == "ingest":
-        from processors.bench.ingest import run_ingest_bench
+    from processors.bench.dispatch import run_bench
 
-        results = run_ingest_bench(records=args.records or 500_000)
-    elif args.what == "filters":
-        from processors.bench.filters import run_filters_bench
-
-        results = run_filters_bench(tuples=args.tuples, kafka=not args.no_kafka)
-    elif args.what == "mjoin":
-        from processors.bench.mjoin import run_mjoin_bench
-
-        results = run_mjoin_bench(kafka=not args.no_kafka)
-    elif args.what == "spark":
-        from processors.bench.spark import run_spark_bench
-
-        results = run_spark_bench(records=args.records or 1_000_000)
-    elif args.what == "arbiter":
-        from processors.bench.arbiter import run_arbiter_bench
-
-        results = run_arbiter_bench(records=args.records or 500_000, kafka=not args.no_kafka)
-    elif args.what == "latency":
-        from processors.bench.latency import run_latency_bench
-
-        results = run_latency_bench(backlog=args.records or 200_000)
-    elif args.what == "codec":
-        from processors.bench.codec import measure_codec
-
-        results = measure_codec()
-    else:
-        from processors.bench.envelope_codecs import measure_envelope_codecs
-
-        results = {"envelope_codecs": measure_envelope_codecs()}
+    results = run_bench(args)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -1,0 +1,42 @@
+"""``streamon bench WHAT``: which benchmark runs for each name, with the CLI's options."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    """The results of the benchmark ``args.what`` (imported on demand: each pulls its own
+    dependencies, Spark's among them)."""
+    if args.what == "ingest":
+        from processors.bench.ingest import run_ingest_bench
+
+        return run_ingest_bench(records=args.records or 500_000)
+    if args.what == "filters":
+        from processors.bench.filters import run_filters_bench
+
+        return run_filters_bench(tuples=args.tuples, kafka=not args.no_kafka)
+    if args.what == "mjoin":
+        from processors.bench.mjoin import run_mjoin_bench
+
+        return run_mjoin_bench(kafka=not args.no_kafka)
+    if args.what == "spark":
+        from processors.bench.spark import run_spark_bench
+
+        return run_spark_bench(records=args.records or 1_000_000)
+    if args.what == "arbiter":
+        from processors.bench.arbiter import run_arbiter_bench
+
+        return run_arbiter_bench(records=args.records or 500_000, kafka=not args.no_kafka)
+    if args.what == "latency":
+        from processors.bench.latency import run_latency_bench
+
+        return run_latency_bench(backlog=args.records or 200_000)
+    if args.what == "codec":
+        from processors.bench.codec import measure_codec
+
+        return measure_codec()
+    from processors.bench.envelope_codecs import measure_envelope_codecs
+
+    return {"envelope_codecs": measure_envelope_codecs()}
