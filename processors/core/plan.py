@@ -247,6 +247,9 @@ class LogicalPlan:
     #: an input partition read to its end that got nothing for this long stops holding
     #: windows, joins and aggregates back (docs/windows-and-joins.md)
     idle_timeout_ms: int = 3_000
+    #: what a worker's stateful steps of this query may hold (windows, join indexes, deltas
+    #: waiting for another input) before it pauses the inputs that run ahead
+    memory_limit_mb: int = 512
     #: "at_least_once" or "exactly_once" (docs/reliability.md)
     processing_guarantee: str = "at_least_once"
     # stages after the filters of a single stream (synthetic or of a registered kind)
@@ -325,6 +328,7 @@ class LogicalPlan:
             "aggregates": [str(a) for a in self.aggregates],
             "lateness_ms": self.lateness_ms,
             "idle_timeout_ms": self.idle_timeout_ms,
+            "memory_limit_mb": self.memory_limit_mb,
             "processing_guarantee": self.processing_guarantee,
             "operators": [str(o) for o in self.operators],
             "scheduling": self.scheduling_config.to_json(),

@@ -85,6 +85,7 @@ class Query(QuerySettings):
         self._aggregates: list[tuple[str, str, ColumnRef | None]] = []
         self._lateness_ms = 0
         self._idle_timeout_ms = 3_000
+        self._memory_limit_mb = 512
         self._guarantee = "at_least_once"
         self._operators: list[SyntheticOperator | OperatorNode] = []
         self._scheduling: SchedulingConfig | None = None
@@ -316,6 +317,7 @@ class Query(QuerySettings):
             aggregates=aggregates,
             lateness_ms=self._lateness_ms,
             idle_timeout_ms=self._idle_timeout_ms,
+            memory_limit_mb=self._memory_limit_mb,
             processing_guarantee=self._guarantee,
             operators=operators,
             scheduling=self._scheduling,

@@ -17,6 +17,7 @@ class QuerySettings:
 
     _lateness_ms: int
     _idle_timeout_ms: int
+    _memory_limit_mb: int
     _ordering: OrderingConfig | None
     _scheduling: SchedulingConfig | None
     _guarantee: str
@@ -34,6 +35,16 @@ class QuerySettings:
         if not isinstance(ms, int) or isinstance(ms, bool) or ms < 1:
             raise QueryError(f"idle_timeout(): must be a positive int of ms, got {ms!r}")
         self._idle_timeout_ms = ms
+        return self
+
+    def memory_limit(self, mb: int) -> Self:
+        """What each worker's windows, join indexes and join buffers of this query may hold
+        (default 512 MB). Past it, the inputs whose deltas wait for a slower input are paused
+        (they wait in the broker instead) until the slow one catches up; state that no pause
+        can shrink is reported, never dropped (docs/windows-and-joins.md, "Memory")."""
+        if not isinstance(mb, int) or isinstance(mb, bool) or mb < 1:
+            raise QueryError(f"memory_limit(): must be a positive int of MB, got {mb!r}")
+        self._memory_limit_mb = mb
         return self
 
     def adapt(self, algorithm: str = "agreedy", **settings: Any) -> Self:

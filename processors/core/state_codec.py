@@ -86,6 +86,26 @@ def decode_state(data: bytes | bytearray | memoryview) -> dict[str, Any]:
     return out
 
 
+def part_starts(data: bytes | memoryview, base: int = 0, depth: int = 0) -> list[int]:
+    """Where the parts of snapshot bytes begin (the arrays' length fields and data, also
+    inside snapshots nested as bytes, as a stage chain's are): a chunker that cuts there keeps
+    an array that grows from changing its neighbours' chunks. Only a hint: bytes that are not
+    a snapshot, or stop being one, give the starts found so far, never an error."""
+    view = memoryview(data)
+    if bytes(view[:4]) != MAGIC or len(view) < 8 or depth > 4:
+        return []
+    at = 8 + _U32.unpack_from(view, 4)[0]
+    starts = [base + at]
+    while at + 8 <= len(view):
+        (length,) = _U64.unpack_from(view, at)
+        if at + 8 + length > len(view):
+            break
+        starts += [base + at, base + at + 8]
+        starts += part_starts(view[at + 8 : at + 8 + length], base + at + 8, depth + 1)
+        at += 8 + length
+    return starts
+
+
 def _strip(node: Any, arrays: list[np.ndarray], path: str) -> Any:
     if isinstance(node, np.ndarray):
         if node.dtype.kind not in _KINDS:

@@ -110,6 +110,16 @@ class StageChain:
         it: :mod:`processors.stages.idleness`)."""
         return meta if self._at is None else {**meta, "at": self._at}
 
+    def held_bytes(self) -> int:
+        return sum(stage.held_bytes() for stage in self.stages)
+
+    def waiting_bytes(self) -> dict[str, int]:
+        waiting: dict[str, int] = {}
+        for stage in self.stages:
+            for stream, nbytes in stage.waiting_bytes().items():
+                waiting[stream] = waiting.get(stream, 0) + nbytes
+        return waiting
+
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         return [dead for stage in self.stages for dead in stage.take_dead_letters()]
 

@@ -31,6 +31,7 @@ from processors.runtime.stats import AgentStats, StatsBoard
 from topics.envelope import encode_envelopes
 
 if TYPE_CHECKING:
+    from processors.runtime.backpressure import MemoryLimit
     from processors.runtime.exactly_once import ExactlyOnce
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,8 @@ class AgentContext:
     quantum_s: float = DEFAULT_QUANTUM_MS / 1000.0
     #: the exactly-once commit protocol (None: at-least-once)
     eo: ExactlyOnce | None = None
+    #: the query's memory limit, kept by pausing inputs that run ahead (stateful plans)
+    memory: MemoryLimit | None = None
 
     def unit(self, agent: str, partition: int) -> AbstractContextManager[None]:
         """Around the synchronous code that processes ``agent``'s input of ``partition``: in

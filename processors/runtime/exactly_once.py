@@ -327,7 +327,8 @@ class ExactlyOnce:
                 }
                 - set(self._restored)
             )
-            self.snapshots.prefetch(units)  # one pass over the state topic for all of them
+            # one pass over the state topic for all of them, off the event loop
+            await asyncio.to_thread(self.snapshots.prefetch, units)
             for name, partition in units:
                 self.load(name, partition)
 

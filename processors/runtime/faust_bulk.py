@@ -18,7 +18,10 @@ consumer's gap tracker, so acking the block's event commits the whole run.
   ``scheduler``, ``flow_active``, ``callback``, ``consumer_stopped_errors``, ``diag``;
 - ``faust.types.tuples.ConsumerMessage``'s constructor;
 - the ``raw`` value serializer passing non-bytes values through untouched;
-- ``App._new_transport`` (overridden to install the transport);
+- ``App._new_transport`` (overridden to install the transport) and
+  ``App._on_partitions_assigned`` (wrapped: no delivery until its handlers, which restore
+  state, have finished), ``Consumer.pause_partitions``/``resume_partitions``/
+  ``on_partitions_revoked``/``_buffered_partitions`` (backpressure, :meth:`BulkConsumer.hold_back`);
 - ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``
   (wrapped), and aiokafka's ``AIOKafkaConsumer._fetch_max_wait_ms``: Faust hard-codes a 1.5 s
   fetch wait, and a fetch for partitions without data then holds back every partition of the
@@ -134,6 +137,13 @@ class BulkConsumer(faust_aiokafka.Consumer):
     #: for the round to finish, so that every agent with input competes for the next turn)
     delivering: bool = False
 
+    @property
+    def held_back(self) -> set[TP]:
+        """Partitions held back by :meth:`hold_back`."""
+        if "_held_back" not in self.__dict__:
+            self.__dict__["_held_back"] = set()
+        return self.__dict__["_held_back"]
+
     def _new_consumer_thread(self) -> Any:
         thread_cls = type(
             "AppConsumerThread", (_ShortWaitConsumerThread,), {"fetch_wait_ms": self.fetch_wait_ms}
@@ -146,6 +156,10 @@ class BulkConsumer(faust_aiokafka.Consumer):
         for hook in self.flush_hooks:
             await hook()
         return await super()._commit(offsets)
+
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        self.held_back.difference_update(revoked)
+        await super().on_partitions_revoked(revoked)
 
     def committed_position(self, tp: TP) -> int | None:
         """The group's committed offset of ``tp`` (the next to read) as of the last seek or
@@ -196,8 +210,16 @@ class BulkConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
+                generation_id = self.app.consumer_generation_id
                 records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
+                if records and not self.app.assigning.is_set():
+                    # an assignment is under way (its handlers restore state): nothing is
+                    # delivered before they finish, and what was fetched before it is
+                    # fetched again from the positions it leaves
+                    await self.app.assigning.wait()
+                    if self.app.consumer_generation_id != generation_id:
+                        continue
                 if records and not self.should_stop:
                     self.delivering = True
                     try:
@@ -224,13 +246,27 @@ class BulkConsumer(faust_aiokafka.Consumer):
         for tp, batch in records.items():
             if self._interrupted(generation_id):
                 return  # rebalance: the rest is fetched again from committed offsets
-            if active is not None and tp not in active and tp not in self._buffered_partitions:
+            # a partition held back after its records were fetched gets them all the same
+            inactive = active is not None and tp not in active
+            if inactive and tp not in self._buffered_partitions and tp not in self.held_back:
                 continue
             self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
             if tp.topic in self.bulk_topics:
                 await self._deliver_block(tp, batch, generation_id)
             else:
                 await self._deliver_each(tp, batch, generation_id)
+
+    def hold_back(self, tps: Iterable[TP]) -> None:
+        """Stop fetching ``tps`` (backpressure) until :meth:`let_go`; records fetched before
+        are still delivered (Faust's own pause would skip them)."""
+        tpset = set(tps)
+        self.held_back.update(tpset)
+        self.pause_partitions(tpset)
+
+    def let_go(self, tps: Iterable[TP]) -> None:
+        tpset = set(tps) & self.held_back
+        self.held_back.difference_update(tpset)
+        self.resume_partitions(tpset & set(self.assignment()))
 
     def _interrupted(self, generation_id: int) -> bool:
         """A rebalance began: stop delivering (what was not delivered is fetched again)."""
@@ -325,6 +361,17 @@ class BulkApp(faust.App):
         self.flush_hooks: list[FlushHook] = []
         self.fetch_wait_ms = int(fetch_wait_ms)
         self.commit_cap: CommitCap | None = None
+        #: clear while partitions are being assigned: the consumer delivers nothing meanwhile,
+        #: so state restored by the assignment's handlers comes before any input
+        self.assigning = asyncio.Event()
+        self.assigning.set()
+
+    async def _on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        self.assigning.clear()
+        try:
+            await super()._on_partitions_assigned(assigned, generation_id)
+        finally:
+            self.assigning.set()
 
     def _commit_cap(self, tp: TP) -> int | None:
         return self.commit_cap(tp) if self.commit_cap is not None else None

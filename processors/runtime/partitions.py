@@ -9,6 +9,7 @@ the plan changes units report in their statistics into the agent's Stats events.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -144,8 +145,14 @@ class PartitionUnits:
             self.drop(set(self.held) - held)
             if self.snapshots is not None:
                 # restore now, before any agent of this worker processes the partitions: a
-                # snapshot that cannot be restored stops the worker before it writes anything
-                for p in sorted(held - set(self.held)):
+                # snapshot that cannot be restored stops the worker before it writes anything.
+                # The topic is read in one pass for all of them, in a thread: the event loop
+                # (heartbeats, the status page, other agents) goes on meanwhile
+                new = sorted(held - set(self.held))
+                if new and isinstance(self.snapshots, StateSnapshots):
+                    keys = [(self.agent, p) for p in new]
+                    await asyncio.to_thread(self.snapshots.prefetch, keys)
+                for p in new:
                     self.get(p)
 
         async def on_revoked(sender: Any, revoked: Any, **_: Any) -> None:

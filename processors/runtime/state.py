@@ -1,53 +1,65 @@
-"""Stage state that survives a restart or a partition moving: snapshots on a compacted topic.
+"""Stage state that survives a restart or a partition moving: incremental snapshots on a
+compacted topic.
 
 A stateful agent (window, MJoin, aggregate) keeps one stage chain per partition. Before the
 consumer commits offsets, every partition whose state changed is snapshotted and written to the
 query's state topic together with the input positions it reflects (``topic -> next offset``);
 the commit happens only after those writes are acknowledged. So the committed offsets never run
 ahead of a snapshot. A worker that takes a partition over reads its latest snapshot, loads it
-into a freshly built chain, and skips the input records the snapshot already covers: after a
-graceful stop the results continue exactly; after a crash, records after the last snapshot are
-processed again and their results repeat (at-least-once), none are lost.
+into a freshly built chain, and skips the input records the snapshot already covers.
 
-Records: ``<agent>/<partition>`` holds a small JSON header (positions, number of chunks, an
-epoch); ``<agent>/<partition>/<epoch>/<i>`` the chunks of the snapshot bytes, so that a large
-window fits the broker's message size. The topic is compacted: only the latest header and chunks
-of each key stay. The bytes are the data-only format of :mod:`processors.core.state_codec`,
-never pickle: anyone able to write the topic can change results, but not run code in a worker.
-A snapshot that does not decode raises :class:`StateRestoreError` naming the record; the worker
-stops on it unless told to start such partitions empty (``streamon worker --reset-state``).
+**Incremental.** A snapshot's bytes are cut into content-defined chunks
+(:mod:`processors.kernels.chunking`), each stored under a key made of its writer and the hash of
+its content, ``<agent>/<partition>/c/<writer>.<hash>``. A save writes only the chunks the unit's
+previous snapshot did not have, then the header ``<agent>/<partition>`` (positions, epoch, the
+chunk names in order), then tombstones for the chunks no longer named. A window that grows or
+expires at its ends changes a few chunks per array, so the topic receives about what changed,
+not the whole state at every commit; compaction keeps one record per live chunk. A writer never
+reuses another writer's chunks: after a restore, the first save writes the state once under its
+own name and deletes the old owner's chunks, so that an old owner still writing (a "zombie" after
+a session timeout) can only ever delete chunks of its own.
+
+The bytes are the data-only format of :mod:`processors.core.state_codec`, never pickle: anyone
+able to write the topic can change results, but not run code in a worker. A snapshot that does
+not decode raises :class:`StateRestoreError` naming the record; the worker stops on it unless
+told to start such partitions empty (``streamon worker --reset-state``). Headers of the previous
+format (chunks ``<agent>/<partition>/<epoch>/<i>``) are still read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from processors.core.state_codec import part_starts
+from processors.kernels.chunking import chunk_bounds
+from processors.runtime.kafka_security import KafkaSecurity
 from processors.runtime.producer import RecordProducer
-from topics.admin import tail_windows
+from processors.runtime.state_scan import (
+    MAX_CHUNKS,
+    SENT,
+    Found,
+    StateRestoreError,
+    chunk_key,
+    header_key,
+    parse_header,
+    scan_latest,
+)
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 512 * 1024
-#: the key suffix of a unit's "outbox sent" note (exactly-once mode)
-SENT = "sent"
-#: most chunks a header may announce (a 512 MiB snapshot): more is not a header of ours
-MAX_CHUNKS = 1024
+#: outboxes (exactly-once mode) are cut into records of this size, keyed by their epoch
+OUTBOX_CHUNK_BYTES = 512 * 1024
+#: the chunking mask's bits: chunks of about 10 KiB (more bits for a state of over 32 MiB, so that
+#: a header names at most MAX_CHUNKS: a chunk has at least a quarter of ``2**bits`` bytes)
+CHUNK_BITS = 13
 
-
-class StateRestoreError(RuntimeError):
-    """A stored snapshot that cannot be restored; names the record and the reason."""
-
-    def __init__(self, topic: str, partition: int, offset: int, key: str, reason: str) -> None:
-        super().__init__(
-            f"state snapshot {key!r} at {topic}[{partition}]@{offset} cannot be restored: {reason}"
-        )
-        self.topic, self.partition, self.offset, self.key = topic, partition, offset, key
-        self.reason = reason
+__all__ = ["StateRestoreError", "StateSnapshots", "StoredSnapshot", "SENT"]
 
 
 @dataclass(frozen=True)
@@ -68,24 +80,38 @@ class StoredSnapshot:
         return StateRestoreError(*self.where, reason)
 
 
-def _header_key(agent: str, partition: int) -> str:
-    return f"{agent}/{partition}"
+@dataclass
+class _Live:
+    """What a unit's latest header names: its chunks' and its outbox's record keys."""
+
+    chunks: set[str]
+    outbox_keys: list[str]
 
 
 class StateSnapshots:
     """Writes and reads stage snapshots on one state topic."""
 
-    def __init__(self, bootstrap: str, topic: str, producer: RecordProducer) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        producer: RecordProducer,
+        security: KafkaSecurity | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.producer = producer
+        self.security = security
+        #: this process's name in chunk keys: chunks of other writers are never reused
+        self.writer = secrets.token_hex(4)
         self.saved = 0
+        #: bytes produced to the state topic (new chunks, headers, outboxes)
         self.saved_bytes = 0
+        #: size of each unit's latest snapshot
+        self.state_bytes: dict[str, int] = {}
         self.loaded = 0
-        #: chunk keys of the latest record of each header key this process wrote or read: once
-        #: a newer header is written they are deleted (tombstones, for a compacted topic)
-        self._live: dict[str, list[str]] = {}
-        self._fetched: dict[str, tuple[Any, dict[str, bytes]]] = {}
+        self._live: dict[str, _Live] = {}
+        self._fetched: dict[str, Found] = {}
 
     def save(
         self,
@@ -96,142 +122,96 @@ class StateSnapshots:
         outbox: bytes = b"",
         epoch: int | None = None,
     ) -> int:
-        """Queue one snapshot (flush the producer to make it durable); returns its size.
-
-        The header goes after its chunks: with one producer, a header in the log means its
-        chunks are there too. ``outbox`` (exactly-once mode) is stored the same way."""
+        """Queue one snapshot (flush the producer to make it durable); returns the bytes it
+        queued. Its new chunks go first and the header after them: with one producer, a header
+        in the log means its chunks are there too."""
         epoch = time.time_ns() if epoch is None else epoch
-        base = _header_key(agent, partition)
-        keys = self._chunks(base, f"{base}/{epoch}/", data) + self._chunks(
-            base, f"{base}/{epoch}/o", outbox
-        )
-        n_data = max(-(-len(data) // CHUNK_BYTES), 1)
-        header = {"positions": positions, "chunks": n_data, "epoch": epoch}
-        if outbox:
-            header["outbox"] = len(keys) - n_data
-        self.producer.produce(self.topic, json.dumps(header).encode(), key=base.encode())
-        for old in self._live.get(base, []):
+        base = header_key(agent, partition)
+        before = self._live.get(base) or _Live(set(), [])
+        names, written = self._chunks(base, data, before.chunks)
+        out_keys = self._outbox(base, epoch, outbox)
+        header: dict = {"v": 2, "positions": positions, "epoch": epoch, "chunks": names}
+        if out_keys:
+            header["outbox"] = len(out_keys)
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        self.producer.produce(self.topic, raw, key=base.encode())
+        kept = {chunk_key(base, name) for name in names}
+        for old in sorted(before.chunks - kept):
             self.producer.produce(self.topic, None, key=old.encode())  # type: ignore[arg-type]
-        self._live[base] = keys
+        for old in before.outbox_keys:
+            self.producer.produce(self.topic, None, key=old.encode())  # type: ignore[arg-type]
+        self._live[base] = _Live(kept, out_keys)
         self.saved += 1
-        self.saved_bytes += len(data) + len(outbox)
-        return len(data)
+        queued = written + len(raw) + len(outbox)
+        self.saved_bytes += queued
+        self.state_bytes[base] = len(data)
+        return queued
 
-    def _chunks(self, base: str, prefix: str, data: bytes) -> list[str]:
-        """Queue ``data`` in chunks keyed ``prefix<i>`` (one empty chunk if none); their keys."""
-        if not data and prefix.endswith("/o"):
-            return []
+    def _chunks(self, base: str, data: bytes, live: set[str]) -> tuple[list[str], int]:
+        """Names of ``data``'s chunks in order, queueing those whose keys ``live`` lacks; the
+        bytes queued."""
+        view = memoryview(data)
+        bits = CHUNK_BITS
+        while len(data) >> bits > MAX_CHUNKS // 4:
+            bits += 1
+        names: list[str] = []
+        queued: set[str] = set()
+        written = 0
+        for start, stop in chunk_bounds(view, bits, part_starts(view)):
+            piece = view[start:stop]
+            name = f"{self.writer}.{hashlib.blake2b(piece, digest_size=12).hexdigest()}"
+            names.append(name)
+            key = chunk_key(base, name)
+            if key not in live and key not in queued:
+                self.producer.produce(self.topic, bytes(piece), key=key.encode())
+                queued.add(key)
+                written += stop - start
+        return names, written
+
+    def _outbox(self, base: str, epoch: int, outbox: bytes) -> list[str]:
         keys = []
-        for i in range(max(-(-len(data) // CHUNK_BYTES), 1)):
-            key = f"{prefix}{i}"
-            self.producer.produce(
-                self.topic, data[i * CHUNK_BYTES : (i + 1) * CHUNK_BYTES], key=key.encode()
-            )
+        for i in range(-(-len(outbox) // OUTBOX_CHUNK_BYTES)):
+            key = f"{base}/{epoch}/o{i}"
+            piece = outbox[i * OUTBOX_CHUNK_BYTES : (i + 1) * OUTBOX_CHUNK_BYTES]
+            self.producer.produce(self.topic, piece, key=key.encode())
             keys.append(key)
         return keys
 
     def prefetch(self, keys: Iterable[tuple[str, int]]) -> None:
         """Read the latest records of several (agent, partition)s in one pass over the topic
-        (a rebalance restores many at once); :meth:`load` then serves them from memory."""
-        self._fetched = self._scan({_header_key(a, p) for a, p in keys})
+        (a rebalance restores many at once); :meth:`load` then serves them from memory. Blocks:
+        call it in a thread (``asyncio.to_thread``) from the event loop."""
+        bases = {header_key(a, p) for a, p in keys}
+        if bases:
+            self._fetched.update(scan_latest(self.bootstrap, self.topic, bases, self.security))
 
     def note_sent(self, agent: str, partition: int, epoch: int) -> None:
         """Queue a note that ``epoch``'s outbox was sent whole and acknowledged."""
-        key = f"{_header_key(agent, partition)}/{SENT}"
+        key = f"{header_key(agent, partition)}/{SENT}"
         self.producer.produce(self.topic, str(epoch).encode(), key=key.encode())
-
-    def _scan(self, bases: set[str]) -> dict[str, tuple[Any, dict[str, bytes]]]:
-        """(latest header record, the chunks it names and the latest "sent" note) of each of
-        ``bases`` found. The topic is read backwards from its end and the reading stops once
-        every base has its header and chunks: units that commit often are found in the last
-        few seconds of the topic, however long it has grown."""
-        found: dict[str, tuple[Any, dict[str, bytes]]] = {}
-        missing: dict[str, set[str]] = {}
-        sent: dict[str, bytes] = {}
-        for window in tail_windows(self.bootstrap, self.topic, 0):
-            for record in reversed(window):
-                try:
-                    key = (record.key or b"").decode()
-                except UnicodeDecodeError:
-                    continue  # not a key of ours: it names no agent
-                if key in bases:
-                    if key not in found:
-                        found[key] = (record, {})
-                        missing[key] = _chunk_keys(key, record.value)
-                    continue
-                if key.endswith("/" + SENT):
-                    base = key[: -len(SENT) - 1]
-                    if base in bases and base not in sent and record.value is not None:
-                        sent[base] = record.value
-                    continue
-                base = key.rsplit("/", 2)[0]
-                if base in found and key in missing[base] and record.value is not None:
-                    found[base][1][key] = record.value
-                    missing[base].discard(key)
-            if len(found) == len(bases) and not any(missing.values()):
-                break
-        for base, value in sent.items():
-            if base in found:
-                found[base][1][f"{base}/{SENT}"] = value
-        return found
 
     def load(self, agent: str, partition: int) -> StoredSnapshot | None:
         """The latest snapshot of ``agent``'s ``partition``, or None if it has none.
         :class:`StateRestoreError` if its header or chunks are not what this worker writes."""
-        base = _header_key(agent, partition)
-        entry = self._fetched.pop(base, None) or self._scan({base}).get(base)
-        if entry is None:
+        base = header_key(agent, partition)
+        found = self._fetched.pop(base, None)
+        if found is None:
+            found = scan_latest(self.bootstrap, self.topic, {base}, self.security).get(base)
+        if found is None:
             return None
-        header, chunks = entry
-        where = (self.topic, header.partition, header.offset, base)
-        positions, n, epoch, n_out = _parse_header(header.value, StoredSnapshot({}, b"", where))
-        keys = [f"{base}/{epoch}/{i}" for i in range(n)]
-        out_keys = [f"{base}/{epoch}/o{i}" for i in range(n_out)]
-        sent = chunks.get(f"{base}/{SENT}") == str(epoch).encode()
-        parts = [chunks.get(k) for k in keys + out_keys]
+        where = (self.topic, found.header.partition, found.header.offset, base)
+        parsed = parse_header(found.header.value, base, StateRestoreError(*where, ""))
+        keys = parsed.chunk_keys
+        out_keys = [f"{base}/{parsed.epoch}/o{i}" for i in range(parsed.outbox)]
+        parts = [found.pieces.get(k) for k in keys + out_keys]
         missing = [k for k, p in zip(keys + out_keys, parts, strict=True) if p is None]
         if missing:
-            raise StateRestoreError(*where, f"chunks {missing} (epoch {epoch}) are missing")
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            shown = ", ".join(missing[:3]) + more
+            raise StateRestoreError(*where, f"chunks {shown} (epoch {parsed.epoch}) are missing")
         self.loaded += 1
-        self._live[base] = keys + out_keys
-        data = b"".join(p or b"" for p in parts[:n])
-        outbox = b"".join(p or b"" for p in parts[n:])
-        return StoredSnapshot(positions, data, where, epoch, outbox, sent)
-
-
-def _parse_header(value: bytes | None, at: StoredSnapshot) -> tuple[dict[str, int], int, int, int]:
-    """(positions, chunks, epoch, outbox chunks) of a header record, checked field by field."""
-    try:
-        header: Any = json.loads(value or b"")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise at.error(f"header is not JSON ({exc})") from exc
-    if not isinstance(header, dict):
-        raise at.error("header is not a JSON object")
-    positions, n, epoch = header.get("positions"), header.get("chunks"), header.get("epoch")
-    if not isinstance(positions, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in positions.items()
-    ):
-        raise at.error(f"header positions {positions!r} are not topic -> offset")
-    if not isinstance(n, int) or not 1 <= n <= MAX_CHUNKS:
-        raise at.error(f"header announces {n!r} chunks (1..{MAX_CHUNKS})")
-    if not isinstance(epoch, int):
-        raise at.error(f"header epoch {epoch!r} is not an integer")
-    n_out = header.get("outbox", 0)
-    if not isinstance(n_out, int) or not 0 <= n_out <= MAX_CHUNKS:
-        raise at.error(f"header announces {n_out!r} outbox chunks (0..{MAX_CHUNKS})")
-    return positions, n, epoch, n_out
-
-
-def _chunk_keys(base: str, value: bytes | None) -> set[str]:
-    """The chunk keys a header names, read loosely (the full check comes when it is loaded;
-    a header that does not read names none)."""
-    try:
-        header = json.loads(value or b"")
-        epoch, n, n_out = header["epoch"], int(header["chunks"]), int(header.get("outbox", 0))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return set()
-    if not 0 <= n <= MAX_CHUNKS or not 0 <= n_out <= MAX_CHUNKS:
-        return set()
-    return {f"{base}/{epoch}/{i}" for i in range(n)} | {
-        f"{base}/{epoch}/o{i}" for i in range(n_out)
-    }
+        self._live[base] = _Live(set(keys), out_keys)
+        data = b"".join(p or b"" for p in parts[: len(keys)])
+        outbox = b"".join(p or b"" for p in parts[len(keys) :])
+        sent = found.sent == str(parsed.epoch).encode()
+        return StoredSnapshot(parsed.positions, data, where, parsed.epoch, outbox, sent)

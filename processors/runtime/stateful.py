@@ -169,10 +169,19 @@ def add_stateful_agent(
                         index = push_some(part, block, index, start_at, limit, cursor)
             with ctx.unit(name, block.partition):
                 stage_dead_letters(part, block)
+            if ctx.memory is not None:
+                ctx.memory.check()
 
     units.connect(ctx.app, ctx.flush)
     ctx.register(name, in_topics, units)
+    memory = ctx.memory
+    if memory is not None:
+        memory.watch(name, units, {stream: topic for topic, stream in in_topics.items()})
+        stats.memory = memory.stats
     source = ctx.app.topic(*in_topics, value_serializer="raw", key_serializer="raw")
     ctx.app.agent(source, name=name)(guard_agent(name, run))
-    stats.new_events = units.events
+    if memory is None:
+        stats.new_events = units.events
+    else:
+        stats.new_events = lambda: units.events() + memory.take_events(name)
     return stats

@@ -50,6 +50,8 @@ class AgentStats:
     events: list[dict[str, Any]] = field(default_factory=list)
     #: plan changes made since its previous call (for example filter order changes)
     new_events: Callable[[], list[dict[str, Any]]] = list
+    #: the query's memory limit in this worker (stateful agents; None: not shown)
+    memory: Callable[[], dict[str, Any]] | None = None
 
     def record(
         self, n_in: int, n_out: int, busy_ns: int, messages: int, nbytes: int, bytes_out: int = 0
@@ -100,6 +102,7 @@ class AgentStats:
             "latency_ms_max": 1000 * self.latency_s_max,
             "positions": dict(self.positions),
             "plan": self.plan(),
+            **({} if self.memory is None else {"memory": self.memory()}),
         }
 
 

@@ -30,6 +30,7 @@ from processors.physical.steps import SINK_AGENT, PhysicalPlan
 from processors.runtime import quiet_logs
 from processors.runtime.agents import add_sink_agent, backlog_of
 from processors.runtime.arbiter import Arbiter
+from processors.runtime.backpressure import MemoryLimit
 from processors.runtime.context import AgentContext, stop_worker
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
@@ -143,13 +144,18 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     arbiter = Arbiter(busy=lambda: bool(getattr(app.consumer, "delivering", False)))
     snapshots = None
     if pipeline.state_topic is not None:
-        snapshots = StateSnapshots(options.bootstrap, pipeline.state_topic, producer)
+        snapshots = StateSnapshots(
+            options.bootstrap, pipeline.state_topic, producer, security=options.kafka
+        )
     eo = None
     if plan.processing_guarantee == "exactly_once":
         assert snapshots is not None  # the compiler gives every exactly-once plan a state topic
         eo = ExactlyOnce(producer, snapshots, options.bootstrap, options.kafka, options.reset_state)
         eo.connect(app)
     output = producer if eo is None else eo
+    memory = None
+    if pipeline.state_topic is not None:
+        memory = MemoryLimit(plan.memory_limit_mb << 20, lambda: app.consumer)
     ctx = AgentContext(
         app,
         board,
@@ -159,6 +165,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         config.grant_tuples,
         config.quantum_ms / 1000.0,
         eo,
+        memory,
     )
     app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
     scheduling = Scheduling(

@@ -51,6 +51,16 @@ class Stage(Protocol):
         """Stage-specific statistics and the current plan (JSON-able), for stats and status."""
         ...
 
+    def held_bytes(self) -> int:
+        """About how many bytes of tuples the stage holds (windows, join buffers, tuples held
+        back): what the query's memory limit counts."""
+        ...
+
+    def waiting_bytes(self) -> dict[str, int]:
+        """Of :meth:`held_bytes`, what waits for another input's event time to come, by the
+        input it came from: those inputs run ahead, and pausing them bounds it."""
+        ...
+
     def snapshot(self) -> bytes:
         """The stage's state as snapshot bytes (:mod:`processors.core.state_codec`)."""
         ...
@@ -82,6 +92,12 @@ class StageBase:
 
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         return []
+
+    def held_bytes(self) -> int:
+        return 0
+
+    def waiting_bytes(self) -> dict[str, int]:
+        return {}
 
     def state(self) -> dict[str, Any]:
         """The state tree :meth:`snapshot` encodes (stateful stages extend it)."""

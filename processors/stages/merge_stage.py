@@ -209,6 +209,12 @@ class MergeStage(StageBase):
         self.tuples_out += len(merged)
         return [merged]
 
+    def held_bytes(self) -> int:
+        """Tuples held until every input partition's watermark passes them. They cannot be
+        told apart by input topic partition here (one routed partition carries them all), so
+        they are counted but not waiting on an input a pause could slow."""
+        return sum(b.nbytes() for queue in self._queues for b in queue)
+
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         dead, self._dead = self._dead, []
         return dead

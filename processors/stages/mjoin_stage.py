@@ -457,6 +457,22 @@ class MJoinStage(StageBase):
         out, self.dead_letters = self.dead_letters, []
         return out
 
+    def held_bytes(self) -> int:
+        return sum(s.nbytes for s in self.stores) + sum(self.waiting_bytes().values())
+
+    def waiting_bytes(self) -> dict[str, int]:
+        """Deltas buffered until every input has shown their time, of the inputs that run
+        ahead: those at the least time shown are the ones waited for, and never listed
+        (pausing them would stop the join)."""
+        idle = self.idleness.idle.tolist()
+        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
+        low = min(waited) if waited else None
+        return {
+            self.names[i]: sum(b.nbytes() for b in batches)
+            for i, batches in enumerate(self._buffers)
+            if batches and low is not None and self._shown[i] > low
+        }
+
     def stats(self) -> dict[str, Any]:
         return {
             "kind": "mjoin",

@@ -301,6 +301,12 @@ class WindowStage(StageBase):
     def __len__(self) -> int:
         return 0 if self._store is None else self._store.live
 
+    def held_bytes(self) -> int:
+        """The window's slots (values of every live tuple and room to grow) and the lateness
+        buffer."""
+        held = 0 if self._buffer is None else self._buffer.nbytes()
+        return held + (0 if self._store is None else self._store.nbytes())
+
     def stats(self) -> dict[str, Any]:
         return {
             "kind": "window",

@@ -96,6 +96,14 @@ class SlotStore:
             for name, typ in self.schema
         }
 
+    def nbytes(self) -> int:
+        arrays = [self.rid, self.ts, self.alive, self.nxt]
+        total = sum(a.nbytes for a in arrays)
+        for col in self.cols.values():
+            var = isinstance(col, VarSlots)
+            total += col.offsets.nbytes + col.data.nbytes if var else col.nbytes
+        return total
+
     def live_slots(self) -> np.ndarray:
         return self.start + np.flatnonzero(self.alive[self.start : self.size])
 

@@ -31,6 +31,7 @@ from faust_helpers import (
     get_codec,
     make_consumer,
     no_op,
+    record,
     relied_on,
     run,
 )
@@ -74,7 +75,10 @@ def test_fetcher_still_calls_the_consumers_drain_messages() -> None:
 
 
 def test_bulk_consumer_helpers_do_not_shadow_faust_members() -> None:
-    own = {"_deliver", "_deliver_each", "_deliver_block", "_maybe_commit", "committed_position"}
+    own = {
+        "_deliver", "_deliver_each", "_deliver_block", "_maybe_commit", "committed_position",
+        "hold_back", "let_go", "held_back",
+    }  # fmt: skip
     clash = sorted(own & set(dir(faust_aiokafka.Consumer)))
     assert clash == [], relied_on(
         f"Consumer.{', '.join(clash)}",
@@ -343,3 +347,77 @@ def test_stream_buffer_maxsize_still_bounds_prefetch() -> None:
     assert "on_pressure_high" in inspect.getsource(conductor), relied_on(
         "Conductor on_pressure_high", "no longer signals full stream buffers"
     )
+
+
+# -- assignment gate and backpressure ----------------------------------------------------------
+
+
+def test_the_app_passes_its_own_assignment_handler_to_the_consumer() -> None:
+    """BulkApp wraps App._on_partitions_assigned (nothing is delivered until the assignment's
+    handlers, which restore state, have finished): Faust must still hand that bound method to
+    the consumer it creates."""
+    fn = getattr(faust.App, "_on_partitions_assigned", None)
+    assert callable(fn) and inspect.iscoroutinefunction(fn), relied_on(
+        "faust.App._on_partitions_assigned", "is gone or no longer a coroutine function"
+    )
+    assert list(inspect.signature(fn).parameters) == ["self", "assigned", "generation_id"], (
+        relied_on(
+            "faust.App._on_partitions_assigned", f"changed signature to {inspect.signature(fn)}"
+        )
+    )
+    source = inspect.getsource(faust.App._new_consumer)
+    assert "on_partitions_assigned=self._on_partitions_assigned" in source, relied_on(
+        "faust.App._new_consumer", "no longer passes self._on_partitions_assigned"
+    )
+
+    async def check() -> None:
+        app, _ = make_consumer()
+        assert app.assigning.is_set()
+        seen = []
+
+        async def inner(self: Any, assigned: Any, generation_id: int = 0) -> None:
+            seen.append(app.assigning.is_set())
+
+        original = faust.App._on_partitions_assigned
+        faust.App._on_partitions_assigned = inner  # type: ignore[method-assign]
+        try:
+            await app._on_partitions_assigned(set())
+        finally:
+            faust.App._on_partitions_assigned = original  # type: ignore[method-assign]
+        assert seen == [False] and app.assigning.is_set()
+
+    run(check())
+
+
+def test_held_back_partitions_are_paused_and_still_delivered() -> None:
+    """hold_back pauses through Faust's pause_partitions (the fetcher then leaves the partition
+    out) yet delivers what was fetched before, which Faust's _deliver would skip."""
+    for name in ("pause_partitions", "resume_partitions", "_get_active_partitions"):
+        assert callable(getattr(faust_base.Consumer, name, None)), relied_on(
+            f"Consumer.{name}", "is gone: backpressure cannot pause partitions"
+        )
+    source = inspect.getsource(faust_consumer.Consumer._wait_next_records)
+    assert "self._get_active_partitions()" in source, relied_on(
+        "Consumer._wait_next_records", "no longer fetches only the active partitions"
+    )
+
+    async def check() -> None:
+        got: list[Any] = []
+
+        async def callback(message: Any) -> None:
+            got.append(message.value)
+
+        _, c = make_consumer(callback)
+        tp = TP(BULK_TOPIC, 0)
+        c.highwater = lambda tp: 100  # type: ignore[method-assign]  (no consumer thread here)
+        c.assignment = lambda: {tp}  # type: ignore[method-assign]
+        c._set_active_tps({tp})
+        active = c._get_active_partitions()
+        c.hold_back([tp])
+        assert tp not in c._get_active_partitions() and c.held_back == {tp}
+        await c._deliver({tp: [record(0), record(1)]}, active)
+        assert len(got) == 1 and len(got[0]) == 2  # one block of both records
+        c.let_go([tp])
+        assert c.held_back == set() and tp in c._get_active_partitions()
+
+    run(check())

@@ -1,0 +1,131 @@
+"""A query's memory limit in a worker, kept by pausing the inputs that run ahead (issue 16).
+
+Stateful steps hold tuples: windows, join indexes, and join deltas that wait until every other
+input has shown their time (an MJoin releases a delta only when no input can still precede
+it). When one input is slow, the others' deltas wait in memory, without bound. The limit
+(``Query.memory_limit``) counts what the worker's stateful units of the query hold
+(``held_bytes`` of the stage protocol). Over it, every input partition whose deltas wait
+(``waiting_bytes``: only inputs ahead of the least time shown) is held back on the consumer, so
+that its records wait in the broker instead; under three quarters of the limit, or once nothing
+of that input waits, it is let go. The input being waited for is never paused, so it can catch
+up; state that no pause can shrink (windows of inputs level in time) is reported, not dropped.
+Every pause and release is logged and becomes a plan-change event on the status page.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from faust.types import TP
+
+from processors.runtime.partitions import PartitionUnits
+
+log = logging.getLogger(__name__)
+
+#: seconds between two measurements (summing a unit's buffers is not free)
+CHECK_EVERY_S = 0.05
+#: held back inputs are let go under this share of the limit
+RESUME_AT = 0.75
+#: seconds between two reports of state over the limit that no pause can shrink
+REPORT_EVERY_S = 60.0
+_MB = 1 << 20
+
+
+@dataclass
+class _Watched:
+    units: PartitionUnits
+    #: stream -> the agent's input topic that carries it
+    topics: dict[str, str]
+
+
+@dataclass
+class MemoryLimit:
+    """One per worker and query; stateful agents :meth:`watch` their units and call
+    :meth:`check` after each block. ``consumer`` gives the BulkConsumer (late: the app makes it
+    when it starts)."""
+
+    limit_bytes: int
+    consumer: Callable[[], Any]
+    held_bytes: int = 0
+    watched: dict[str, _Watched] = field(default_factory=dict)
+    #: (agent, stream, partition) held back now
+    paused: set[tuple[str, str, int]] = field(default_factory=set)
+    pauses_total: int = 0
+    _events: list[dict[str, Any]] = field(default_factory=list)
+    _checked: float = 0.0
+    _reported: float = -REPORT_EVERY_S
+
+    def watch(self, agent: str, units: PartitionUnits, topics: dict[str, str]) -> None:
+        self.watched[agent] = _Watched(units, topics)
+
+    def check(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if now - self._checked < CHECK_EVERY_S:
+            return
+        self._checked = now
+        held = 0
+        waiting: dict[tuple[str, str, int], int] = {}
+        for agent, w in self.watched.items():
+            for p, unit in list(w.units.held.items()):
+                held += unit.unit.held_bytes()
+                for stream, nbytes in unit.unit.waiting_bytes().items():
+                    if nbytes and stream in w.topics:
+                        waiting[(agent, stream, p)] = nbytes
+        self.held_bytes = held
+        if held > self.limit_bytes:
+            fresh = sorted(set(waiting) - self.paused)
+            if fresh:
+                self._hold(fresh, held)
+            elif not waiting and now - self._reported >= REPORT_EVERY_S:
+                self._reported = now
+                log.warning("memory limit: the query's state in this worker is %.0f MB, over its "
+                            "limit of %.0f MB, with no input ahead to pause: its windows hold "
+                            "that much (raise Query.memory_limit or shorten the windows)",
+                            held / _MB, self.limit_bytes / _MB)  # fmt: skip
+        let_go = sorted(
+            k for k in self.paused if held < RESUME_AT * self.limit_bytes or k not in waiting
+        )
+        if let_go:
+            self._release(let_go, held)
+
+    def _tps(self, keys: list[tuple[str, str, int]]) -> list[TP]:
+        return [TP(self.watched[agent].topics[stream], p) for agent, stream, p in keys]
+
+    def _hold(self, keys: list[tuple[str, str, int]], held: int) -> None:
+        self.consumer().hold_back(self._tps(keys))
+        self.paused.update(keys)
+        self.pauses_total += len(keys)
+        self._say("paused", keys, held)
+
+    def _release(self, keys: list[tuple[str, str, int]], held: int) -> None:
+        self.consumer().let_go(self._tps(keys))
+        self.paused.difference_update(keys)
+        self._say("resumed", keys, held)
+
+    def _say(self, what: str, keys: list[tuple[str, str, int]], held: int) -> None:
+        names = [f"{stream}[{p}]" for _, stream, p in keys]
+        log.info("memory limit: %s input %s (state %.1f MB, limit %.0f MB)", what,
+                 ", ".join(names), held / _MB, self.limit_bytes / _MB)  # fmt: skip
+        for agent, stream, p in keys:
+            self._events.append({
+                "partition": p, "agent": agent, "change": f"input {stream} {what}",
+                "held_mb": round(held / _MB, 1), "limit_mb": self.limit_bytes // _MB,
+            })  # fmt: skip
+
+    def take_events(self, agent: str) -> list[dict[str, Any]]:
+        """``agent``'s pauses and releases since the previous call (its plan-change events)."""
+        mine = [e for e in self._events if e["agent"] == agent]
+        self._events = [e for e in self._events if e["agent"] != agent]
+        return mine
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "limit_mb": self.limit_bytes // _MB,
+            "held_mb": round(self.held_bytes / _MB, 1),
+            "paused": sorted(f"{stream}[{p}]" for _, stream, p in self.paused),
+            "pauses_total": self.pauses_total,
+        }
