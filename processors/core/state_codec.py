@@ -37,16 +37,27 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be decoded or does not fit the stage that loads it."""
 
 
-def encode_state(tree: dict[str, Any]) -> bytes:
-    """``tree`` as snapshot bytes (arrays are copied out, so later changes cannot leak in)."""
+def encode_state(tree: dict[str, Any]) -> bytearray:
+    """``tree`` as snapshot bytes (arrays are copied out, so later changes cannot leak in), in
+    one buffer, each array copied into it once: a large state is not held twice over while it
+    is saved (nested snapshots, a chain's stages, are copied in without a copy of their own)."""
     arrays: list[np.ndarray] = []
     header = json.dumps(_strip(tree, arrays, "$"), separators=(",", ":"), allow_nan=True)
     raw = header.encode()
-    parts = [MAGIC, _U32.pack(len(raw)), raw]
+    total = 8 + len(raw) + sum(8 + a.nbytes for a in arrays)
+    out = bytearray(total)
+    out[:4] = MAGIC
+    _U32.pack_into(out, 4, len(raw))
+    out[8 : 8 + len(raw)] = raw
+    at = 8 + len(raw)
     for array in arrays:
-        data = np.ascontiguousarray(array).tobytes()
-        parts += [_U64.pack(len(data)), data]
-    return b"".join(parts)
+        _U64.pack_into(out, at, array.nbytes)
+        at += 8
+        if array.nbytes:
+            flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            out[at : at + array.nbytes] = memoryview(flat)
+        at += array.nbytes
+    return out
 
 
 def decode_state(data: bytes | bytearray | memoryview) -> dict[str, Any]:
@@ -124,7 +135,7 @@ def _strip(node: Any, arrays: list[np.ndarray], path: str) -> Any:
     if isinstance(node, list | tuple):
         return [_strip(v, arrays, f"{path}[{i}]") for i, v in enumerate(node)]
     if isinstance(node, bytes | bytearray):
-        arrays.append(np.frombuffer(bytes(node), np.uint8))
+        arrays.append(np.frombuffer(node, np.uint8))  # a view: copied once, into the output
         return {_ARRAY: len(arrays) - 1, "dtype": "bytes", "shape": [len(node)]}
     if isinstance(node, np.generic):
         return node.item()

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: snapshot bytes queued before the producer is flushed, while a save goes through the units
+FLUSH_AFTER_BYTES = 16 << 20
+
 
 @dataclass
 class Held:
@@ -122,12 +125,14 @@ class PartitionUnits:
         if not isinstance(self.snapshots, StateSnapshots):  # exactly-once: its commit takes them
             await flush()
             return
-        wrote = False
+        wrote = 0
         for p, held in sorted(self.held.items()):
             if held.dirty:
-                self.snapshots.save(self.agent, p, held.positions, held.unit.snapshot())
+                wrote += self.snapshots.save(self.agent, p, held.positions, held.unit.snapshot())
                 held.dirty = False
-                wrote = True
+                if wrote > FLUSH_AFTER_BYTES:  # a large state is not queued whole, twice over
+                    await flush()
+                    wrote = 0
         if wrote:
             await flush()
 

@@ -172,7 +172,7 @@ class StateSnapshots:
         keys = []
         for i in range(-(-len(outbox) // OUTBOX_CHUNK_BYTES)):
             key = f"{base}/{epoch}/o{i}"
-            piece = outbox[i * OUTBOX_CHUNK_BYTES : (i + 1) * OUTBOX_CHUNK_BYTES]
+            piece = bytes(outbox[i * OUTBOX_CHUNK_BYTES : (i + 1) * OUTBOX_CHUNK_BYTES])
             self.producer.produce(self.topic, piece, key=key.encode())
             keys.append(key)
         return keys

@@ -137,7 +137,7 @@ def test_a_restored_stage_continues_exactly_as_the_original(seed: int) -> None:
         original = MJoinStage(names, preds, config, clock_ms=lambda: 0)
         before = [step(original, e) for e in events[:k]]
         data = original.snapshot()
-        assert isinstance(data, bytes)
+        assert isinstance(data, bytes | bytearray)
         restored = MJoinStage(names, preds, config, clock_ms=lambda: 0)
         restored.load_snapshot(data)
         assert no_bytes(restored.stats()) == no_bytes(original.stats())  # orders, counters

@@ -82,7 +82,7 @@ def test_a_pickle_is_refused_and_never_run(tmp_path) -> None:
 
 
 def test_corrupt_snapshots_are_refused_with_the_reason() -> None:
-    good = encode_state({"a": np.arange(10), "b": "x"})
+    good = bytes(encode_state({"a": np.arange(10), "b": "x"}))
     cases = {
         good[:6]: "cut off before its header",
         b"PK\x03\x04rest": "not a streamon snapshot",
