@@ -5,11 +5,13 @@ input has shown their time (an MJoin releases a delta only when no input can sti
 it). When one input is slow, the others' deltas wait in memory, without bound. The limit
 (``Query.memory_limit``) counts what the worker's stateful units of the query hold
 (``held_bytes`` of the stage protocol). Over it, every input partition whose deltas wait
-(``waiting_bytes``: only inputs ahead of the least time shown) is held back on the consumer, so
-that its records wait in the broker instead; under three quarters of the limit, or once nothing
-of that input waits, it is let go. The input being waited for is never paused, so it can catch
-up; state that no pause can shrink (windows of inputs level in time) is reported, not dropped.
-Every pause and release is logged and becomes a plan-change event on the status page.
+(``waiting_bytes``: only inputs ahead of the least time shown) is held back on the consumer,
+with the input of the stream step that feeds it, so that its records wait in the broker
+instead; under three quarters of the limit, or once nothing of that input waits, it is let go
+(checked after every block and on a timer, since with inputs paused blocks may stop coming).
+The input being waited for is never paused, so it can catch up; state that no pause can
+shrink (windows of inputs level in time) is reported, not dropped. Every pause and release is
+logged and becomes a plan-change event on the status page.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class _Watched:
     units: PartitionUnits
     #: stream -> the agent's input topic that carries it
     topics: dict[str, str]
+    out_topic: str = ""
 
 
 @dataclass
@@ -83,8 +86,10 @@ class MemoryLimit:
     _checked: float = 0.0
     _reported: float = -REPORT_EVERY_S
 
-    def watch(self, agent: str, units: PartitionUnits, topics: dict[str, str]) -> None:
-        self.watched[agent] = _Watched(units, topics)
+    def watch(
+        self, agent: str, units: PartitionUnits, topics: dict[str, str], out_topic: str = ""
+    ) -> None:
+        self.watched[agent] = _Watched(units, topics, out_topic)
 
     def check(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -117,7 +122,17 @@ class MemoryLimit:
             self._release(let_go, held)
 
     def _tps(self, keys: list[tuple[str, str, int]]) -> list[TP]:
-        return [TP(self.watched[agent].topics[stream], p) for agent, stream, p in keys]
+        """The input partitions to pause for each key: the waiting input's own, and those of
+        the stateful step that writes it (a stream's window would otherwise go on taking the
+        input in, and hold it twice)."""
+        tps = []
+        for agent, stream, p in keys:
+            topic = self.watched[agent].topics[stream]
+            tps.append(TP(topic, p))
+            for writer in self.watched.values():
+                if writer.out_topic == topic:
+                    tps += [TP(upstream, p) for upstream in writer.topics.values()]
+        return tps
 
     def _hold(self, keys: list[tuple[str, str, int]], held: int) -> None:
         self.consumer().hold_back(self._tps(keys))

@@ -176,7 +176,8 @@ def add_stateful_agent(
     ctx.register(name, in_topics, units)
     memory = ctx.memory
     if memory is not None:
-        memory.watch(name, units, {stream: topic for topic, stream in in_topics.items()})
+        streams = {stream: topic for topic, stream in in_topics.items()}
+        memory.watch(name, units, streams, out_topic)
         stats.memory = memory.stats
     source = ctx.app.topic(*in_topics, value_serializer="raw", key_serializer="raw")
     ctx.app.agent(source, name=name)(guard_agent(name, run))

@@ -30,7 +30,7 @@ from processors.physical.steps import SINK_AGENT, PhysicalPlan
 from processors.runtime import quiet_logs
 from processors.runtime.agents import add_sink_agent, backlog_of
 from processors.runtime.arbiter import Arbiter
-from processors.runtime.backpressure import TRIM_EVERY_S, MemoryLimit, trim_heap
+from processors.runtime.backpressure import CHECK_EVERY_S, TRIM_EVERY_S, MemoryLimit, trim_heap
 from processors.runtime.context import AgentContext, stop_worker
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
@@ -259,6 +259,10 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         @app.timer(TRIM_EVERY_S)
         async def return_freed_memory() -> None:
             trim_heap()
+
+        @app.timer(CHECK_EVERY_S * 4)
+        async def keep_memory_limit() -> None:
+            memory.check()  # with every input paused, no block comes to check after
 
     @app.task
     async def quiet_repeated_logs() -> None:
