@@ -308,6 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--no-kafka", action="store_true", help="filters: skip the end-to-end Kafka part"
     )
+    bench.add_argument("--only", default=None, help="latency: one query (filter, join, groupby)")
+    bench.add_argument("--seconds", type=float, default=10.0, help="latency: paced seconds")
+    bench.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="latency: offered records/s (default: half the measured capacity)",
+    )
     bench.add_argument("--json", default=None, help="write the results to this JSON file")
     bench.set_defaults(func=_bench)
 

@@ -32,7 +32,12 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     if args.what == "latency":
         from processors.bench.latency import run_latency_bench
 
-        return run_latency_bench(backlog=args.records or 200_000)
+        return run_latency_bench(
+            backlog=args.records or 200_000,
+            seconds=getattr(args, "seconds", 10.0),
+            only=getattr(args, "only", None),
+            rate=getattr(args, "rate", None),
+        )
     if args.what == "codec":
         from processors.bench.codec import measure_codec
 

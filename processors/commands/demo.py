@@ -29,6 +29,12 @@ from topics.specs import TopicSpec
 PARTITIONS = 4
 WINDOW_MS = 60_000
 PHASE_MS = 180_000
+#: publishing steps per second
+TICKS = 10
+#: a router that sends nothing for this long (after the worker read all it sent) is not waited
+#: for: a tenth of a second between steps leaves a wide margin, and a result that waits for a
+#: quiet router waits this long at most
+IDLE_TIMEOUT_MS = 1_000
 NULL_SIZES = 0.2  # fraction of sightings whose size the router did not record
 
 
@@ -107,7 +113,7 @@ def run_demo(records: int = 20_000) -> int:
     ensure_topics(bootstrap, topics)
     text = query_text(
         name, prefix, result, partitions=PARTITIONS, window_ms=WINDOW_MS, p=0.2, window_tuples=200,
-        nullable_size=True,
+        nullable_size=True, idle_timeout_ms=IDLE_TIMEOUT_MS,
     )  # fmt: skip
     query_file = settings.state_dir / "demo" / f"{name}.py"
     query_file.parent.mkdir(parents=True, exist_ok=True)
@@ -125,12 +131,16 @@ def run_demo(records: int = 20_000) -> int:
     _say(f"started worker {worker.worker_id} (log: {worker.log_path})")
     shown: dict[str, Any] = {}
     try:
-        published = 0
-        for published, _ in publish(bootstrap, prefix, workload, span_ms=PHASE_MS // 6):
-            time.sleep(1.0)  # let the worker keep up, so that adaptation shows phase by phase
-            orders = _orders(worker)
+        worker.wait_holding([t.name for t in topics], PARTITIONS)  # then publishing starts
+        _say("the worker holds every input partition; publishing")
+        published, said = 0, 0.0
+        # 30 s of event time per second, in small steps as a live source would send them (a
+        # second's worth at once would wait for its own processing: about 0.5 s)
+        for published, _ in publish(bootstrap, prefix, workload, span_ms=PHASE_MS // 6 // TICKS):
+            time.sleep(1.0 / TICKS)
+            orders = _orders(worker) if time.monotonic() - said >= 1.0 else None
             if orders and orders != shown:
-                shown = orders
+                shown, said = orders, time.monotonic()
                 first = orders.get("0") or next(iter(orders.values()))
                 shown_now = format_orders(first)
                 _say(f"{published:>7} sightings in; join orders (partition 0) {shown_now}")

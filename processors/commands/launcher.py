@@ -85,6 +85,22 @@ class WorkerProcess:
                 held.add(int(partition.rstrip("]")))
         return held
 
+    def wait_holding(self, topics: list[str], partitions: int, timeout: float = 120.0) -> None:
+        """Until the worker holds every partition of ``topics`` (it has started, joined the
+        group and restored its state: input published now is processed at once)."""
+        deadline = time.monotonic() + timeout
+        want = set(range(partitions))
+        while time.monotonic() < deadline:
+            try:
+                if all(self.held_partitions(t) == want for t in topics):
+                    return
+            except (OSError, KeyError, ValueError):
+                pass  # not serving its status page yet
+            if not self.running:
+                raise RuntimeError(f"worker exited:\n{self.log_tail(30)}")
+            time.sleep(0.3)
+        raise RuntimeError(f"the worker did not hold {topics} in {timeout} s: {self.log_path}")
+
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])

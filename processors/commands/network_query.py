@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from processors.commands.publish import publish_batch
 from processors.core.batch import Batch, VarColumn, null_column
+from processors.runtime.producer import RecordProducer
 from processors.workloads.network import (
     NetworkWorkload,
     NetworkWorkloadRun,
@@ -24,6 +24,7 @@ from processors.workloads.network import (
 )
 from topics.admin import read_topic
 from topics.avro import SchemaStore, decode_single_object
+from topics.columnar import RecordCodec
 
 QUERY = """\
 from processors.core.query import Query
@@ -37,6 +38,7 @@ for r in {routers!r}[1:]:
     query.join("r0.pid", r + ".pid")
 {output}
 query.adapt("agreedy", profile_probability={p}, window_tuples={window_tuples})
+query.idle_timeout({idle_timeout_ms})
 query.into({result!r}, partitions={partitions})
 """
 AGGREGATE = 'query.aggregate(total_bytes=("sum", "r0.size"), packets="count"%s)'
@@ -49,13 +51,14 @@ SELECT = (
 def query_text(
     name: str, prefix: str, result: str, routers: int = 4, partitions: int = 4,
     window_ms: int = 600_000, aggregate: bool = True, p: float = 0.01, window_tuples: int = 1000,
-    nullable_size: bool = False,
+    nullable_size: bool = False, idle_timeout_ms: int = 3_000,
 ) -> str:  # fmt: skip
     names = [f"r{i}" for i in range(routers)]
     output = AGGREGATE % (SIZED if nullable_size else "") if aggregate else SELECT % (names,)
     return QUERY.format(
         name=name, routers=names, prefix=prefix, partitions=partitions, window_ms=window_ms,
         output=output, result=result, p=p, window_tuples=window_tuples, nullable=nullable_size,
+        idle_timeout_ms=idle_timeout_ms,
     )  # fmt: skip
 
 
@@ -70,17 +73,25 @@ def keyed(batch: Batch) -> Batch:
 def publish(
     bootstrap: str, prefix: str, workload: NetworkWorkload, span_ms: int = 10_000
 ) -> Iterator[tuple[int, list[Batch]]]:
-    """Publish the workload span by span; yields (tuples so far, the span's batches)."""
+    """Publish the workload span by span, with one producer; yields (tuples so far, the span's
+    batches) once the span is sent."""
     run = NetworkWorkloadRun(workload)
-    schema = network_schemas(workload)[workload.stream_names[0]]
+    codec = RecordCodec(network_schemas(workload)[workload.stream_names[0]])
+    producer = RecordProducer(bootstrap)
     total = 0
-    while not run.done:
-        batches = run.next_batches(span_ms)
-        for name, batch in zip(workload.stream_names, batches, strict=True):
-            if len(batch):
-                publish_batch(bootstrap, f"{prefix}.{name}", keyed(batch), schema)
-                total += len(batch)
-        yield total, batches
+    try:
+        while not run.done:
+            batches = run.next_batches(span_ms)
+            for name, batch in zip(workload.stream_names, batches, strict=True):
+                if len(batch):
+                    keyed(batch)
+                    buf, offsets = codec.encode_many(batch.columns, len(batch))
+                    producer.produce_many(f"{prefix}.{name}", buf, offsets, keys=batch.key)
+                    total += len(batch)
+            producer.flush_blocking()
+            yield total, batches
+    finally:
+        producer.close()
 
 
 def stored(

@@ -111,7 +111,8 @@ class StateSnapshots:
         self.state_bytes: dict[str, int] = {}
         self.loaded = 0
         self._live: dict[str, _Live] = {}
-        self._fetched: dict[str, Found] = {}
+        #: what a prefetch read, by unit (None: the unit has no snapshot)
+        self._fetched: dict[str, Found | None] = {}
 
     def save(
         self,
@@ -183,7 +184,8 @@ class StateSnapshots:
         call it in a thread (``asyncio.to_thread``) from the event loop."""
         bases = {header_key(a, p) for a, p in keys}
         if bases:
-            self._fetched.update(scan_latest(self.bootstrap, self.topic, bases, self.security))
+            found = scan_latest(self.bootstrap, self.topic, bases, self.security)
+            self._fetched.update({base: found.get(base) for base in bases})
 
     def note_sent(self, agent: str, partition: int, epoch: int) -> None:
         """Queue a note that ``epoch``'s outbox was sent whole and acknowledged."""
@@ -194,8 +196,9 @@ class StateSnapshots:
         """The latest snapshot of ``agent``'s ``partition``, or None if it has none.
         :class:`StateRestoreError` if its header or chunks are not what this worker writes."""
         base = header_key(agent, partition)
-        found = self._fetched.pop(base, None)
-        if found is None:
+        if base in self._fetched:
+            found = self._fetched.pop(base)
+        else:
             found = scan_latest(self.bootstrap, self.topic, {base}, self.security).get(base)
         if found is None:
             return None

@@ -113,15 +113,7 @@ def test_an_idle_input_and_a_million_records_stay_within_the_limit_and_restore_f
     a = readings(PER_INPUT, seed=1, start_ms=0)
     b = readings(PER_INPUT, seed=2, start_ms=0)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            try:
-                if worker.status()["assignment"]:
-                    break
-            except (OSError, ValueError, KeyError):
-                pass
-            assert worker.running, worker.log_tail()
-            time.sleep(0.5)
+        worker.wait_holding([f"{prefix}.{s}" for s in "abc"], PARTITIONS)
         time.sleep(2)
         idle_rss = vm(worker.proc.pid, "VmRSS")
         for stream, batch in (("a", a), ("b", b)):
