@@ -201,6 +201,7 @@ class StateSnapshots:
         else:
             found = scan_latest(self.bootstrap, self.topic, {base}, self.security).get(base)
         if found is None:
+            self._live.pop(base, None)  # nothing stored: no chunk of ours can be relied on
             return None
         where = (self.topic, found.header.partition, found.header.offset, base)
         parsed = parse_header(found.header.value, base, StateRestoreError(*where, ""))
