@@ -18,6 +18,8 @@ from processors.kernels.splitmix import GAMMA, mix64
 
 #: most bits a cut mask may have: chunks of 8 KiB on average at the default 13
 MAX_BITS = 20
+#: no chunk is longer (a chunk is one Kafka message: librdkafka's default limit is 1,000,000)
+MAX_CHUNK_BYTES = 512 * 1024
 
 
 def _gear_table() -> np.ndarray:
@@ -78,14 +80,15 @@ def chunk_bounds(
 ) -> list[tuple[int, int]]:
     """``(start, stop)`` of each chunk of ``data``: about ``2**bits`` bytes on average, at least
     a quarter of that (except the last and those before a forced cut), at most eight times
-    that, and a cut at each offset of ``forced`` (where the data's own structure says a new
-    part begins: an array that grows then changes its own chunks only). Empty data is one
-    empty chunk."""
+    that and MAX_CHUNK_BYTES, and a cut at each offset of ``forced`` (where the data's own
+    structure says a new part begins: an array that grows then changes its own chunks only).
+    Empty data is one empty chunk."""
     if not 4 <= bits <= MAX_BITS:
         raise ValueError(f"chunk mask bits {bits} outside 4..{MAX_BITS}")
     view = np.frombuffer(data, dtype=np.uint8)
     average = 1 << bits
     cuts_at = np.asarray(sorted(forced or ()), dtype=np.int64)
-    cuts = _cut_points(view, GEAR, np.uint64(64 - bits), average // 4, average * 8, cuts_at)
+    high = min(average * 8, MAX_CHUNK_BYTES)
+    cuts = _cut_points(view, GEAR, np.uint64(64 - bits), min(average // 4, high), high, cuts_at)
     starts = [0, *cuts[:-1].tolist()]
     return list(zip(starts, cuts.tolist(), strict=True))

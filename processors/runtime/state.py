@@ -35,6 +35,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from processors.core.state_codec import part_starts
 from processors.kernels.chunking import chunk_bounds
@@ -113,6 +114,8 @@ class StateSnapshots:
         self._live: dict[str, _Live] = {}
         #: what a prefetch read, by unit (None: the unit has no snapshot)
         self._fetched: dict[str, Found | None] = {}
+        #: the latest restore pass: units, found, records and bytes read, seconds, done
+        self.restore: dict[str, Any] = {}
 
     def save(
         self,
@@ -184,8 +187,21 @@ class StateSnapshots:
         call it in a thread (``asyncio.to_thread``) from the event loop."""
         bases = {header_key(a, p) for a, p in keys}
         if bases:
-            found = scan_latest(self.bootstrap, self.topic, bases, self.security)
+            self.restore = {"done": False}
+            found = scan_latest(self.bootstrap, self.topic, bases, self.security, self.restore)
             self._fetched.update({base: found.get(base) for base in bases})
+            self.restore["done"] = True
+
+    def stats(self) -> dict[str, Any]:
+        """For the status page: snapshots written and their bytes, the state's size, the
+        latest restore pass."""
+        return {
+            "saved": self.saved,
+            "saved_mb": round(self.saved_bytes / 2**20, 1),
+            "state_mb": round(sum(self.state_bytes.values()) / 2**20, 1),
+            "restored": self.loaded,
+            "restore": dict(self.restore),
+        }
 
     def note_sent(self, agent: str, partition: int, epoch: int) -> None:
         """Queue a note that ``epoch``'s outbox was sent whole and acknowledged."""

@@ -120,11 +120,15 @@ def _needed(base: str, value: bytes | None) -> set[str] | None:
 
 
 def scan_latest(
-    bootstrap: str, topic: str, bases: set[str], security: KafkaSecurity | None = None
+    bootstrap: str,
+    topic: str,
+    bases: set[str],
+    security: KafkaSecurity | None = None,
+    progress: dict[str, Any] | None = None,
 ) -> dict[str, Found]:
     """What each of ``bases`` (``<agent>/<partition>`` keys) needs to restore its newest
     snapshot, read backwards from the end of partition 0 of ``topic``; units without a header
-    are absent."""
+    are absent. ``progress`` is kept up to date as the pass goes (the status page shows it)."""
     found: dict[str, Found] = {}
     needed: dict[str, set[str]] = {}
     pieces: dict[str, dict[str, bytes | None]] = {base: {} for base in bases}
@@ -154,6 +158,9 @@ def scan_latest(
             have = pieces.get(base)
             if have is not None and key not in have:
                 have[key] = record.value  # the newest record of the key wins, deletions too
+        if progress is not None:
+            progress.update(units=len(bases), found=len(found), records=records, bytes=nbytes,
+                            seconds=round(time.monotonic() - started, 1))  # fmt: skip
         if time.monotonic() - last_report > _PROGRESS_EVERY_S:
             last_report = time.monotonic()
             log.info("restoring %d units from %s: %d found, %d records (%.1f MB) read so far",

@@ -319,6 +319,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             "scheduling": scheduling.snapshot(),
             "assignment": _assignment(app),
             "exactly_once": None if eo is None else eo.stats(),
+            "state": None if snapshots is None else snapshots.stats(),
         }
         return web.json(body)
 

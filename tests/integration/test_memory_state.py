@@ -147,6 +147,8 @@ def test_an_idle_input_and_a_million_records_stay_within_the_limit_and_restore_f
             assert again.running, again.log_tail()
             time.sleep(0.2)
         restored_at = time.time()  # every MJoin window is back (the status page says so)
+        restore = again.status()["state"]["restore"]  # the latest pass, on the status page
+        assert restore["done"] and restore["units"] == PARTITIONS, restore
         publish_batch(bootstrap, f"{prefix}.c", c, schema)
         expected = naive(a, b, c)
         wait_for_count(bootstrap, result, sum(expected.values()), 60, [again])

@@ -154,6 +154,8 @@ def test_chunk_cuts_follow_content_not_position() -> None:
     sizes = [b - a for a, b in chunk_bounds(data)]
     assert min(sizes[:-1]) >= 2_048 and max(sizes) <= 65_536
     assert chunk_bounds(b"") == [(0, 0)]
+    big = [b - a for a, b in chunk_bounds(bytes(4 << 20), bits=18)]  # no content cut in zeros
+    assert max(big) == 512 * 1024 and sum(big) == 4 << 20  # one message each, at most
 
 
 def test_a_missing_chunk_names_the_snapshot_and_the_chunk(monkeypatch) -> None:
@@ -216,3 +218,6 @@ def test_a_prefetch_that_finds_no_snapshot_is_not_read_again(monkeypatch) -> Non
     store.prefetch([("mjoin", p) for p in range(4)])
     assert [store.load("mjoin", p) for p in range(4)] == [None] * 4
     assert len(passes) == 1
+    assert store.stats()["restore"] == {
+        "done": True, "units": 4, "found": 0, "records": 0, "bytes": 0, "seconds": 0.0,
+    }  # fmt: skip
