@@ -210,16 +210,18 @@ class BulkConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                generation_id = self.app.consumer_generation_id
+                assignments = self.app.assignments
                 records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
                 if records and not self.app.assigning.is_set():
                     # an assignment is under way (its handlers restore state): nothing is
-                    # delivered before they finish, and what was fetched before it is
-                    # fetched again from the positions it leaves
+                    # delivered before they finish
                     await self.app.assigning.wait()
-                    if self.app.consumer_generation_id != generation_id:
-                        continue
+                if records and self.app.assignments != assignments:
+                    # fetched across an assignment, maybe before its seek to the committed
+                    # offsets: delivered, they would open a gap that commits records never
+                    # processed. They are fetched again from the positions it left.
+                    continue
                 if records and not self.should_stop:
                     self.delivering = True
                     try:
@@ -365,8 +367,11 @@ class BulkApp(faust.App):
         #: so state restored by the assignment's handlers comes before any input
         self.assigning = asyncio.Event()
         self.assigning.set()
+        #: assignments begun so far (a fetch that spans one is not delivered)
+        self.assignments = 0
 
     async def _on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
+        self.assignments += 1
         self.assigning.clear()
         try:
             await super()._on_partitions_assigned(assigned, generation_id)

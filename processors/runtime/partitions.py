@@ -9,7 +9,6 @@ the plan changes units report in their statistics into the agent's Stats events.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -151,12 +150,11 @@ class PartitionUnits:
             if self.snapshots is not None:
                 # restore now, before any agent of this worker processes the partitions: a
                 # snapshot that cannot be restored stops the worker before it writes anything.
-                # The topic is read in one pass for all of them, in a thread: the event loop
-                # (heartbeats, the status page, other agents) goes on meanwhile
+                # The topic is read in one pass for all of them, on the event loop (an await
+                # here lets Faust's recovery resume the partitions first: docs/reliability.md)
                 new = sorted(held - set(self.held))
                 if new and isinstance(self.snapshots, StateSnapshots):
-                    keys = [(self.agent, p) for p in new]
-                    await asyncio.to_thread(self.snapshots.prefetch, keys)
+                    self.snapshots.prefetch([(self.agent, p) for p in new])
                 for p in new:
                     self.get(p)
 

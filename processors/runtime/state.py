@@ -183,8 +183,8 @@ class StateSnapshots:
 
     def prefetch(self, keys: Iterable[tuple[str, int]]) -> None:
         """Read the latest records of several (agent, partition)s in one pass over the topic
-        (a rebalance restores many at once); :meth:`load` then serves them from memory. Blocks:
-        call it in a thread (``asyncio.to_thread``) from the event loop."""
+        (a rebalance restores many at once); :meth:`load` then serves them from memory. Blocks
+        (the assignment handlers call it on purpose: docs/reliability.md)."""
         bases = {header_key(a, p) for a, p in keys}
         if bases:
             self.restore = {"done": False}
