@@ -18,10 +18,9 @@ consumer's gap tracker, so acking the block's event commits the whole run.
   ``scheduler``, ``flow_active``, ``callback``, ``consumer_stopped_errors``, ``diag``;
 - ``faust.types.tuples.ConsumerMessage``'s constructor;
 - the ``raw`` value serializer passing non-bytes values through untouched;
-- ``App._new_transport`` (overridden to install the transport) and
-  ``App._on_partitions_assigned`` (wrapped: no delivery until its handlers, which restore
-  state, have finished), ``Consumer.pause_partitions``/``resume_partitions``/
-  ``on_partitions_revoked``/``_buffered_partitions`` (backpressure, :meth:`BulkConsumer.hold_back`);
+- ``App._new_transport`` (overridden to install the transport);
+- ``Consumer.pause_partitions``/``resume_partitions``/``_buffered_partitions``
+  (backpressure, :meth:`BulkConsumer.hold_back`);
 - ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``
   (wrapped), and aiokafka's ``AIOKafkaConsumer._fetch_max_wait_ms``: Faust hard-codes a 1.5 s
   fetch wait, and a fetch for partitions without data then holds back every partition of the
@@ -157,10 +156,6 @@ class BulkConsumer(faust_aiokafka.Consumer):
             await hook()
         return await super()._commit(offsets)
 
-    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
-        self.held_back.difference_update(revoked)
-        await super().on_partitions_revoked(revoked)
-
     def committed_position(self, tp: TP) -> int | None:
         """The group's committed offset of ``tp`` (the next to read) as of the last seek or
         commit; None when unknown or 0. An agent that has processed nothing of ``tp`` since
@@ -210,18 +205,8 @@ class BulkConsumer(faust_aiokafka.Consumer):
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
-                assignments = self.app.assignments
                 records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
-                if records and not self.app.assigning.is_set():
-                    # an assignment is under way (its handlers restore state): nothing is
-                    # delivered before they finish
-                    await self.app.assigning.wait()
-                if records and self.app.assignments != assignments:
-                    # fetched across an assignment, maybe before its seek to the committed
-                    # offsets: delivered, they would open a gap that commits records never
-                    # processed. They are fetched again from the positions it left.
-                    continue
                 if records and not self.should_stop:
                     self.delivering = True
                     try:
@@ -363,20 +348,6 @@ class BulkApp(faust.App):
         self.flush_hooks: list[FlushHook] = []
         self.fetch_wait_ms = int(fetch_wait_ms)
         self.commit_cap: CommitCap | None = None
-        #: clear while partitions are being assigned: the consumer delivers nothing meanwhile,
-        #: so state restored by the assignment's handlers comes before any input
-        self.assigning = asyncio.Event()
-        self.assigning.set()
-        #: assignments begun so far (a fetch that spans one is not delivered)
-        self.assignments = 0
-
-    async def _on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
-        self.assignments += 1
-        self.assigning.clear()
-        try:
-            await super()._on_partitions_assigned(assigned, generation_id)
-        finally:
-            self.assigning.set()
 
     def _commit_cap(self, tp: TP) -> int | None:
         return self.commit_cap(tp) if self.commit_cap is not None else None

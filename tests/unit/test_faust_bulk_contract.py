@@ -352,43 +352,6 @@ def test_stream_buffer_maxsize_still_bounds_prefetch() -> None:
 # -- assignment gate and backpressure ----------------------------------------------------------
 
 
-def test_the_app_passes_its_own_assignment_handler_to_the_consumer() -> None:
-    """BulkApp wraps App._on_partitions_assigned (nothing is delivered until the assignment's
-    handlers, which restore state, have finished): Faust must still hand that bound method to
-    the consumer it creates."""
-    fn = getattr(faust.App, "_on_partitions_assigned", None)
-    assert callable(fn) and inspect.iscoroutinefunction(fn), relied_on(
-        "faust.App._on_partitions_assigned", "is gone or no longer a coroutine function"
-    )
-    assert list(inspect.signature(fn).parameters) == ["self", "assigned", "generation_id"], (
-        relied_on(
-            "faust.App._on_partitions_assigned", f"changed signature to {inspect.signature(fn)}"
-        )
-    )
-    source = inspect.getsource(faust.App._new_consumer)
-    assert "on_partitions_assigned=self._on_partitions_assigned" in source, relied_on(
-        "faust.App._new_consumer", "no longer passes self._on_partitions_assigned"
-    )
-
-    async def check() -> None:
-        app, _ = make_consumer()
-        assert app.assigning.is_set()
-        seen = []
-
-        async def inner(self: Any, assigned: Any, generation_id: int = 0) -> None:
-            seen.append(app.assigning.is_set())
-
-        original = faust.App._on_partitions_assigned
-        faust.App._on_partitions_assigned = inner  # type: ignore[method-assign]
-        try:
-            await app._on_partitions_assigned(set())
-        finally:
-            faust.App._on_partitions_assigned = original  # type: ignore[method-assign]
-        assert seen == [False] and app.assigning.is_set()
-
-    run(check())
-
-
 def test_held_back_partitions_are_paused_and_still_delivered() -> None:
     """hold_back pauses through Faust's pause_partitions (the fetcher then leaves the partition
     out) yet delivers what was fetched before, which Faust's _deliver would skip."""
