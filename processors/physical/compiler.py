@@ -1,7 +1,8 @@
 """The plan compiler: a validated logical plan -> the steps that run it (and their topics).
 
 Single-stream plans with filters at most run ingest -> filter (or pass-through) -> synthetic
-operators -> sink, stateless. Others run ingest -> one stateful step per stream (filters that
+operators -> sink, stateless; without synthetic operators the worker fuses the three agents
+(``PhysicalPlan.fused``). Others run ingest -> one stateful step per stream (filters that
 commute with its window, the window, row ids for an unwindowed join input, the filters that must
 see the window's deltas) -> the MJoin (with several streams) -> the GROUP BY (with aggregates)
 -> sink, on the partitions :func:`processors.core.partitioning.partitioning` allows. The last
@@ -62,10 +63,12 @@ def _simple(plan: LogicalPlan) -> PhysicalPlan:
         Step(name, node.kind, {src: stream.name}, dst, partitions, (node,), stateful, bulk)
         for (name, node, bulk, stateful), src, dst in zip(chosen, inputs, outputs, strict=True)
     ]
+    # with one stateless step and nothing between it and the sink, the worker fuses the three
+    # agents (processors.runtime.fused): no envelope topic between them
+    fused = not plan.operators
     specs = [
         TopicSpec(stream.topic, partitions),
-        *(TopicSpec(t, partitions) for t in inputs),
-        TopicSpec(out, partitions),
+        *(() if fused else (TopicSpec(t, partitions) for t in [*inputs, out])),
         TopicSpec(plan.result_topic, plan.result_partitions or 1),
     ]
     state = None
@@ -74,7 +77,7 @@ def _simple(plan: LogicalPlan) -> PhysicalPlan:
         specs.append(TopicSpec(state, 1, compacted=True))
     return PhysicalPlan(
         plan.name, {stream.name: ingest}, {stream.name: IngestRoute(partitions)}, steps, out,
-        specs, state_topic=state,
+        specs, state_topic=state, fused=fused,
     )  # fmt: skip
 
 

@@ -113,6 +113,9 @@ class PhysicalPlan:
     specs: list[TopicSpec]
     partitioning: dict[str, Any] | None = None
     state_topic: str | None = None  # set when a step is stateful
+    #: one stateless step between ingest and sink, which the worker runs in the ingest agent
+    #: (processors.runtime.fused): ``ingest_topics`` and ``sink_topic`` are not created
+    fused: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

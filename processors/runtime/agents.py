@@ -45,6 +45,35 @@ from topics.envelope import decode_batch
 log = logging.getLogger(__name__)
 
 
+#: a batch of results with its Avro encoding (the buffer and each record's end offsets)
+Encoded = tuple[Batch, np.ndarray, np.ndarray]
+
+
+def produce_results(
+    ctx: AgentContext,
+    agent: str,
+    result_topic: str,
+    result_partitions: int,
+    encoded: list[Encoded],
+    partition: int,
+) -> Written:
+    """Queue encoded results on ``result_topic`` (partition ``partition`` modulo its count),
+    one record per tuple, with the tuples' Kafka keys; a delete carries a sign header. A
+    record that cannot be queued stops the worker without commit."""
+    written = 0
+    for batch, buf, offsets in encoded:
+        try:
+            ctx.producer.produce_many(
+                result_topic, buf, offsets, keys=batch.key,
+                partition=partition % result_partitions,
+                signs=batch.sign if bool((batch.sign < 0).any()) else None,
+            )  # fmt: skip
+        except Exception as exc:
+            fatal(agent, exc)
+        written += int(offsets[-1])
+    return sum(len(batch) for batch, _, _ in encoded), written
+
+
 def add_sink_agent(
     ctx: AgentContext,
     *,
@@ -58,7 +87,6 @@ def add_sink_agent(
 
     Result records carry the time they are produced; the sink also records each batch's output
     latency (now minus the arrival of its oldest input tuple) in its statistics."""
-    Encoded = tuple[Batch, np.ndarray, np.ndarray]
 
     def encode(batch: Batch, partition: int) -> list[Encoded]:
         return [(batch, *codec.encode_many(batch.columns, len(batch)))]
@@ -66,23 +94,10 @@ def add_sink_agent(
     stats: AgentStats
 
     def emit(encoded: list[Encoded], partition: int, arrival_ms: int | None) -> Written:
-        written = 0
-        for batch, buf, offsets in encoded:
-            try:
-                ctx.producer.produce_many(
-                    result_topic,
-                    buf,
-                    offsets,
-                    keys=batch.key,
-                    partition=partition % result_partitions,
-                    signs=batch.sign if bool((batch.sign < 0).any()) else None,
-                )
-            except Exception as exc:
-                fatal(name, exc)
-            written += int(offsets[-1])
+        written = produce_results(ctx, name, result_topic, result_partitions, encoded, partition)
         if encoded:
             stats.record_latency(max(time.time() - arrival_s(arrival_ms), 0.0))
-        return sum(len(batch) for batch, _, _ in encoded), written
+        return written
 
     stats = _envelope_agent(ctx, name, in_topic, encode, emit, dict)
     stats.out_topic = result_topic

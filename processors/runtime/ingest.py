@@ -32,6 +32,7 @@ from processors.runtime.context import (
 )
 from processors.runtime.event_progress import NO_TS, EventProgress
 from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.fused import FusedTail
 from processors.runtime.stats import AgentStats
 from processors.stages.merge_stage import SOURCE
 from topics.columnar import RecordCodec
@@ -69,6 +70,24 @@ def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
     return parts
 
 
+def _decode(
+    block: RecordBlock,
+    packed: tuple[np.ndarray, np.ndarray],
+    codec: RecordCodec,
+    ts_field: str | None,
+) -> tuple[list[Batch], list[tuple[int, str]]]:
+    """Bulk-decode a block's packed values: the batches, and (index, reason) of each record
+    that does not decode."""
+    result = codec.decode_many(*packed)
+    good = result.good
+    if ts_field is not None:
+        ts = np.asarray(result.columns[ts_field], dtype=np.int64)
+    else:
+        ts = np.asarray(block.timestamps, dtype=np.int64)[good]
+    batch = Batch(result.columns, np.ones(len(good), np.int8), ts)
+    return with_keys(batch, [block.keys[i] for i in good.tolist()]), result.errors
+
+
 def _block_to_batches(
     ctx: AgentContext,
     name: str,
@@ -78,16 +97,17 @@ def _block_to_batches(
     ts_field: str | None,
 ) -> list[Batch]:
     """Bulk-decode a block's packed values; undecodable records become dead letters."""
-    result = codec.decode_many(*packed)
-    for index, reason in result.errors:
+    batches, errors = _decode(block, packed, codec, ts_field)
+    for index, reason in errors:
         block_dead_letter(ctx, name, block, index, reason)
-    good = result.good
-    if ts_field is not None:
-        ts = np.asarray(result.columns[ts_field], dtype=np.int64)
-    else:
-        ts = np.asarray(block.timestamps, dtype=np.int64)[good]
-    batch = Batch(result.columns, np.ones(len(good), np.int8), ts)
-    return with_keys(batch, [block.keys[i] for i in good.tolist()])
+    return batches
+
+
+def _record(block: RecordBlock, i: int) -> RecordBlock:
+    """Record ``i`` of ``block`` as a block of its own."""
+    return RecordBlock(block.topic, block.partition, block.offsets[i : i + 1],
+                       block.timestamps[i : i + 1], block.keys[i : i + 1],
+                       block.values[i : i + 1])  # fmt: skip
 
 
 def _one_by_one(
@@ -97,9 +117,7 @@ def _one_by_one(
     fails becomes a dead letter of its own, the others go on."""
     out: list[Batch] = []
     for i in range(len(block)):
-        one = RecordBlock(block.topic, block.partition, block.offsets[i : i + 1],
-                          block.timestamps[i : i + 1], block.keys[i : i + 1],
-                          block.values[i : i + 1])  # fmt: skip
+        one = _record(block, i)
         try:
             out.extend(_block_to_batches(ctx, name, one, one.packed_values(), codec, ts_field))
         except Exception as exc:
@@ -117,10 +135,13 @@ def add_ingest_agent(
     out_topic: str,
     route: IngestRoute | None = None,
     idle_timeout_ms: int = 3_000,
+    tail: FusedTail | None = None,
 ) -> AgentStats:
     """External records -> envelopes, routed by ``route`` (default: each record's own
     partition). With ``route.progress`` the envelopes carry event-time progress, and a timer
-    sends watermarks and idle marks (:mod:`processors.runtime.event_progress`)."""
+    sends watermarks and idle marks (:mod:`processors.runtime.event_progress`). With ``tail``
+    (a fused stateless plan) the decoded batches go to it instead: its stage runs here and
+    the results go to the result topic (``out_topic`` is then unused)."""
     source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, "ingest")
     stats.topic = source_topic
@@ -131,6 +152,16 @@ def add_ingest_agent(
 
     def send(batch: Batch, target: int, arrival_ms: int | None) -> int:
         return ctx.send_envelopes(name, out_topic, batch, target, arrival_ms)
+
+    def redecode(block: RecordBlock, index: int) -> list[Batch]:
+        """Record ``index`` decoded again (a fused tail's retry; its decode errors are known)."""
+        one = _record(block, index)
+        try:
+            return [
+                b for b in _decode(one, one.packed_values(), codec, timestamp_field)[0] if len(b)
+            ]
+        except Exception:  # reported as a dead letter on the first pass
+            return []
 
     def ingest_unit(block: RecordBlock, arrival_ms: int | None) -> None:
         started = time.perf_counter_ns()
@@ -147,6 +178,13 @@ def add_ingest_agent(
         if progress is not None:
             top = max((int(b.ts.max()) for b in batches), default=NO_TS)
             progress.saw(block.partition, top, now)
+        if tail is not None:  # its stage's dead letters are the stage's
+            stats.dead_letters += ctx.dead_letters.count - dead_before
+            n_out, written = tail(batches, block, arrival_ms, lambda i: redecode(block, i))
+            elapsed = time.perf_counter_ns() - started
+            stats.record(len(block), n_out, elapsed, len(block), int(packed[1][-1]), written)
+            stats.positions[block.partition] = block.offsets[-1] + 1
+            return
         written = 0
         targets: set[int] = set()
         parts = (

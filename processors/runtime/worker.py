@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, c
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.exactly_once import ExactlyOnce
 from processors.runtime.faust_bulk import BulkApp
+from processors.runtime.fused import FusedTail
 from processors.runtime.ingest import add_ingest_agent
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
 from processors.runtime.layouts import expected_layouts
@@ -139,7 +141,9 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     pipeline = compile_plan(plan)
     datadir = options.state_dir / "faust" / options.worker_id
     datadir.mkdir(parents=True, exist_ok=True)
-    bulk_stage_topics = [t for step in pipeline.steps if step.bulk for t in step.in_topics]
+    bulk_stage_topics = [
+        t for step in pipeline.steps if step.bulk and not pipeline.fused for t in step.in_topics
+    ]
     app = BulkApp(
         f"streamon-{plan.name}",
         bulk_topics=[s.topic for s in plan.streams] + bulk_stage_topics + [STATS_TOPIC],
@@ -197,6 +201,8 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         security=options.kafka,
     )  # fmt: skip
 
+    out_codec = _warm_up(RecordCodec(plan.output_schema, registry=_registry(options)))
+    tail = _fused_tail(ctx, plan, pipeline, out_codec) if pipeline.fused else None
     for stream in plan.streams:
         codec = _warm_up(RecordCodec(stream.schema, registry=_registry(options)))
         add_ingest_agent(
@@ -208,40 +214,10 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             out_topic=pipeline.ingest_topics[stream.name],
             route=pipeline.ingest_routes[stream.name],
             idle_timeout_ms=plan.idle_timeout_ms,
+            tail=tail,
         )
-    layouts = expected_layouts(plan) if any(step.stateful for step in pipeline.steps) else {}
-    for step in pipeline.steps:
-        if step.stateful:
-            assert snapshots is not None
-            add_stateful_agent(
-                ctx,
-                name=step.name,
-                in_topics=step.in_topics,
-                out_topic=step.out_topic,
-                out_partitions=step.out_partitions,
-                make_chain=_warmed(chain_factory(plan, step)),
-                snapshots=snapshots if eo is None else eo,
-                reset_state=options.reset_state,
-                layouts=layouts,
-                progress=step.progress,
-            )
-        else:
-            add_stage_agent(
-                ctx,
-                name=step.name,
-                in_topic=step.in_topic,
-                out_topic=step.out_topic,
-                make_stage=_warmed(stage_factory(plan, step)),
-                bulk=step.bulk,
-            )
-    add_sink_agent(
-        ctx,
-        name=SINK_AGENT,
-        in_topic=pipeline.sink_topic,
-        codec=_warm_up(RecordCodec(plan.output_schema, registry=_registry(options))),
-        result_topic=plan.result_topic,
-        result_partitions=plan.result_partitions or 1,
-    )
+    if tail is None:
+        _add_step_agents(ctx, plan, pipeline, options, snapshots, eo, out_codec)
 
     watched = sorted({spec.name for spec in topic_specs(pipeline)})
 
@@ -290,7 +266,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         all: 75-100 ms with every thread stopped, about every 1.2 s at 90k records/s (the
         largest share of the filter query's latency tail in ``streamon bench latency``)."""
         await asyncio.sleep(FREEZE_AFTER_S)
-        freeze_heap()
+        freeze_heap(collect=False)
 
     def backlog(stats: Any) -> tuple[int, int]:
         return backlog_of(app, stats)
@@ -330,13 +306,83 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     return app, producer
 
 
-def freeze_heap() -> None:
-    """Collect once, then move every object that survived to the permanent generation
-    (``gc.freeze``): full collections then walk only what was made since. A frozen object
+def _fused_tail(
+    ctx: AgentContext, plan: LogicalPlan, pipeline: PhysicalPlan, out_codec: RecordCodec
+) -> FusedTail:
+    """The stage and result encode a fused plan's ingest agent runs (processors.runtime.fused)."""
+    (step,) = pipeline.steps
+    return FusedTail(
+        ctx,
+        source_topic=plan.streams[0].topic,
+        stage_name=step.name,
+        make_stage=_warmed(stage_factory(plan, step)),
+        codec=out_codec,
+        result_topic=plan.result_topic,
+        result_partitions=plan.result_partitions or 1,
+        sink_name=SINK_AGENT,
+    )
+
+
+def _add_step_agents(
+    ctx: AgentContext,
+    plan: LogicalPlan,
+    pipeline: PhysicalPlan,
+    options: WorkerOptions,
+    snapshots: StateSnapshots | None,
+    eo: ExactlyOnce | None,
+    out_codec: RecordCodec,
+) -> None:
+    """An agent per step, and the sink: the plan's pipeline between ingest and the result."""
+    layouts = expected_layouts(plan) if any(step.stateful for step in pipeline.steps) else {}
+    for step in pipeline.steps:
+        if step.stateful:
+            assert snapshots is not None
+            add_stateful_agent(
+                ctx,
+                name=step.name,
+                in_topics=step.in_topics,
+                out_topic=step.out_topic,
+                out_partitions=step.out_partitions,
+                make_chain=_warmed(chain_factory(plan, step)),
+                snapshots=snapshots if eo is None else eo,
+                reset_state=options.reset_state,
+                layouts=layouts,
+                progress=step.progress,
+            )
+        else:
+            add_stage_agent(
+                ctx,
+                name=step.name,
+                in_topic=step.in_topic,
+                out_topic=step.out_topic,
+                make_stage=_warmed(stage_factory(plan, step)),
+                bulk=step.bulk,
+            )
+    add_sink_agent(
+        ctx,
+        name=SINK_AGENT,
+        in_topic=pipeline.sink_topic,
+        codec=out_codec,
+        result_topic=plan.result_topic,
+        result_partitions=plan.result_partitions or 1,
+    )
+
+
+def freeze_heap(collect: bool = True) -> None:
+    """Move every object to the permanent generation (``gc.freeze``), after a full collection
+    with ``collect``: full collections then walk only what was made since. A frozen object
     dropped later is still freed by reference counting, unless it is part of a reference
-    cycle (start-up's objects mostly live as long as the process)."""
-    gc.collect()
+    cycle (start-up's objects mostly live as long as the process).
+
+    Only the freeze before the app starts collects: once input flows, a full collection of
+    the records in flight stopped the worker for up to 0.9 s (``streamon bench latency``),
+    while a freeze alone moves lists and takes microseconds."""
+    started = time.perf_counter()
+    if collect:
+        gc.collect()
     gc.freeze()
+    log.info("froze %d objects in %.1f ms", gc.get_freeze_count(),
+             (time.perf_counter() - started) * 1000)  # fmt: skip
 
 
 def _warmed(make: Callable[[int], Any]) -> Callable[[int], Any]:

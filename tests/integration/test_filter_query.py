@@ -193,9 +193,9 @@ def test_filter_query_is_exact_and_reorders_when_selectivities_change(
         worker.stop()
 
 
-def filter_partitions(worker: WorkerProcess, ingest_topic: str) -> tuple[set[int], set[int]]:
+def filter_partitions(worker: WorkerProcess, filter_input: str) -> tuple[set[int], set[int]]:
     """(partitions of the filter's input this worker holds, partitions its status shows)."""
-    return worker.held_partitions(ingest_topic), {int(p) for p in filter_plans(worker)}
+    return worker.held_partitions(filter_input), {int(p) for p in filter_plans(worker)}
 
 
 def test_filter_query_split_over_two_workers(
@@ -206,7 +206,7 @@ def test_filter_query_split_over_two_workers(
     status shows the stages of exactly the partitions it holds, and the stages on both workers
     put B first after phase 2."""
     name, topic, result = topic_name, f"{topic_name}.in", f"{topic_name}.out"
-    ingest_topic = f"streamon.{name}.ingest.r"  # the filter agent's input (stream r)
+    filter_input = topic  # the filter runs in the ingest agent (processors.runtime.fused)
     ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS)])
     query_file = tmp_path / "query.py"
     query_file.write_text(QUERY.format(topic=topic, result=result, name=name, p=PARTITIONS))
@@ -222,14 +222,14 @@ def test_filter_query_split_over_two_workers(
         want1 = int(pass1.sum())
         seen = wait_for_count(bootstrap, result, want1, 60.0, workers)
         assert seen >= want1, f"only {seen} of {want1} results of phase 1\n{diagnose(first_worker)}"
-        assert filter_partitions(first_worker, ingest_topic) == (set(range(4)), set(range(4)))
+        assert filter_partitions(first_worker, filter_input) == (set(range(4)), set(range(4)))
 
         workers.append(WorkerProcess(query_file, bootstrap=bootstrap, state_dir=state,
                                      worker_id="w2"))  # fmt: skip
         deadline = time.monotonic() + 60
         while True:  # the group rebalances: each worker holds some of the filter's partitions
             try:
-                held = [filter_partitions(w, ingest_topic)[0] for w in workers]
+                held = [filter_partitions(w, filter_input)[0] for w in workers]
             except (OSError, KeyError, ValueError) as exc:  # w2's status page is not up yet
                 held = [set(), set(), repr(exc)]
             if all(held) and held[0] | held[1] == set(range(4)) and not held[0] & held[1]:
@@ -255,7 +255,7 @@ def test_filter_query_split_over_two_workers(
                           "the hand-over)", stacklevel=1)  # fmt: skip
 
         for worker in workers:
-            held, shown = filter_partitions(worker, ingest_topic)
+            held, shown = filter_partitions(worker, filter_input)
             assert shown == held, f"{worker.worker_id} holds {held} but shows stages of {shown}"
         deadline = time.monotonic() + 10
         while True:  # the stages' stats reach the status pages a moment after their results

@@ -57,7 +57,16 @@ def test_a_filter_plan_runs_ingest_filter_sink() -> None:
     assert pipeline.stage_topics == [(FILTER_STAGE, "streamon.fq.ingest.r", "streamon.fq.out")]
     assert pipeline.sink_topic == "streamon.fq.out"
     assert is_bulk_stage(FILTER_STAGE)
-    assert {s.name for s in pipeline.specs} >= {"fq-in", "streamon.fq.ingest.r", "fq-out"}
+    # the worker runs the three in one agent (processors.runtime.fused): no envelope topics
+    assert pipeline.fused
+    assert {s.name for s in pipeline.specs} == {"fq-in", "fq-out"}
+
+
+def test_a_plan_with_synthetic_operators_is_not_fused() -> None:
+    q = filter_query().operator("slow", cost_us=1.0, selectivity=0.5, key="r.sensor_id")
+    pipeline = plan_pipeline(q.build())
+    assert not pipeline.fused
+    assert {"streamon.fq.ingest.r", "streamon.fq.out"} <= {s.name for s in pipeline.specs}
 
 
 def test_a_passthrough_plan_is_unchanged() -> None:
