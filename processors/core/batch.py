@@ -252,3 +252,37 @@ class Batch:
             and np.array_equal(self.sign, other.sign)
             and np.array_equal(self.ts, other.ts)
         )
+
+
+def same_layout(a: Batch, b: Batch) -> bool:
+    """Whether ``a`` and ``b`` concatenate without losing anything (columns, keys, meta)."""
+    if a.meta != b.meta or (a.key is None) != (b.key is None):
+        return False
+    if a.key is not None and b.key is not None and a.key.utf8 != b.key.utf8:
+        return False
+    if list(a.columns) != list(b.columns):
+        return False
+    for name, col in a.columns.items():
+        other = b.columns[name]
+        if isinstance(col, VarColumn):
+            if not isinstance(other, VarColumn) or col.utf8 != other.utf8:
+                return False
+        elif isinstance(other, VarColumn) or col.dtype != other.dtype:
+            return False
+    return True
+
+
+def coalesce(batches: Sequence[Batch]) -> list[Batch]:
+    """``batches`` in order, each run of consecutive ones of the same layout (columns, keys,
+    meta: :func:`same_layout`) concatenated into one: what an agent writes as one envelope
+    instead of one per input."""
+    out: list[Batch] = []
+    run: list[Batch] = []
+    for batch in batches:
+        if run and not same_layout(run[-1], batch):
+            out.append(Batch.concat(run))
+            run = []
+        run.append(batch)
+    if run:
+        out.append(Batch.concat(run))
+    return out

@@ -77,7 +77,7 @@ def _simple(plan: LogicalPlan) -> PhysicalPlan:
         specs.append(TopicSpec(state, 1, compacted=True))
     return PhysicalPlan(
         plan.name, {stream.name: ingest}, {stream.name: IngestRoute(partitions)}, steps, out,
-        specs, state_topic=state, fused=fused,
+        specs, state_topic=state, fused=fused, sink_agent=not fused,
     )  # fmt: skip
 
 
@@ -141,13 +141,12 @@ def _general(plan: LogicalPlan) -> PhysicalPlan:
         steps.append(
             Step("aggregate", "aggregate", {agg_in: "joined"}, out, part.aggregate, nodes, True)
         )
-    out_partitions = part.aggregate if plan.aggregates else part.join
     specs += [
-        TopicSpec(out, out_partitions),
         TopicSpec(plan.result_topic, plan.result_partitions or 1),
         TopicSpec(state_topic(plan.name), 1, compacted=True),
     ]
+    # the last step writes the results itself (processors.runtime.results): no `out` topic
     return PhysicalPlan(
         plan.name, ingest, routes, steps, out, specs, part.to_json(),
-        state_topic=state_topic(plan.name),
+        state_topic=state_topic(plan.name), sink_agent=False,
     )  # fmt: skip

@@ -114,8 +114,12 @@ class PhysicalPlan:
     partitioning: dict[str, Any] | None = None
     state_topic: str | None = None  # set when a step is stateful
     #: one stateless step between ingest and sink, which the worker runs in the ingest agent
-    #: (processors.runtime.fused): ``ingest_topics`` and ``sink_topic`` are not created
+    #: (processors.runtime.fused): ``ingest_topics`` are not created
     fused: bool = False
+    #: a sink agent reads ``sink_topic`` and writes the results; False: the agent that runs
+    #: the last step writes them itself (processors.runtime.results), ``sink_topic`` is not
+    #: created
+    sink_agent: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from faust.types import TP
 
 from processors.core.batch import Batch
@@ -34,44 +33,15 @@ from processors.runtime.context import (
     Cursor,
     Written,
     arrival_s,
-    fatal,
     guard_agent,
 )
 from processors.runtime.faust_bulk import BulkApp
+from processors.runtime.results import Encoded, produce_results
 from processors.runtime.stats import AgentStats
 from topics.columnar import RecordCodec
 from topics.envelope import decode_batch
 
 log = logging.getLogger(__name__)
-
-
-#: a batch of results with its Avro encoding (the buffer and each record's end offsets)
-Encoded = tuple[Batch, np.ndarray, np.ndarray]
-
-
-def produce_results(
-    ctx: AgentContext,
-    agent: str,
-    result_topic: str,
-    result_partitions: int,
-    encoded: list[Encoded],
-    partition: int,
-) -> Written:
-    """Queue encoded results on ``result_topic`` (partition ``partition`` modulo its count),
-    one record per tuple, with the tuples' Kafka keys; a delete carries a sign header. A
-    record that cannot be queued stops the worker without commit."""
-    written = 0
-    for batch, buf, offsets in encoded:
-        try:
-            ctx.producer.produce_many(
-                result_topic, buf, offsets, keys=batch.key,
-                partition=partition % result_partitions,
-                signs=batch.sign if bool((batch.sign < 0).any()) else None,
-            )  # fmt: skip
-        except Exception as exc:
-            fatal(agent, exc)
-        written += int(offsets[-1])
-    return sum(len(batch) for batch, _, _ in encoded), written
 
 
 def add_sink_agent(

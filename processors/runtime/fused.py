@@ -20,13 +20,12 @@ import time
 from collections.abc import Callable
 
 from processors.core.batch import Batch
-from processors.runtime.agents import Encoded, produce_results
-from processors.runtime.context import AgentContext, Written, arrival_s, block_dead_letter
+from processors.runtime.context import AgentContext, Written, block_dead_letter
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.partitions import PartitionUnits
+from processors.runtime.results import Encoded, ResultWriter
 from processors.runtime.stats import AgentStats
 from processors.stages.base import Stage
-from topics.columnar import RecordCodec
 
 log = logging.getLogger(__name__)
 
@@ -46,24 +45,16 @@ class FusedTail:
         source_topic: str,
         stage_name: str,
         make_stage: Callable[[int], Stage],
-        codec: RecordCodec,
-        result_topic: str,
-        result_partitions: int,
-        sink_name: str,
+        results: ResultWriter,
     ) -> None:
         self.ctx = ctx
         self.stage_name = stage_name
-        self.codec = codec
-        self.result_topic = result_topic
-        self.result_partitions = result_partitions
-        self.sink_name = sink_name
+        self.results = results
         self.units = PartitionUnits(stage_name, [source_topic], make_stage)
         self.units.connect(ctx.app, ctx.flush)
         self.stage_stats: AgentStats = ctx.board.agent(stage_name, stage_name, plan=self.units.plan)
         self.stage_stats.new_events = self.units.events
-        self.stage_stats.out_topic = result_topic
-        self.sink_stats: AgentStats = ctx.board.agent(sink_name, sink_name)
-        self.sink_stats.out_topic = result_topic
+        self.stage_stats.out_topic = results.result_topic
 
     def __call__(
         self, batches: list[Batch], block: RecordBlock, arrival_ms: int | None, redecode: Redecode
@@ -76,23 +67,21 @@ class FusedTail:
         stage = self.units.get(block.partition).unit
         n_in = sum(len(b) for b in batches)
         try:
-            encoded = self._encode([out for b in batches for out in stage.process(b)])
+            encoded = self.results.encode([out for b in batches for out in stage.process(b)])
         except Exception as exc:
             log.warning("stage %s failed on %d records of %s[%d] (%r); one by one now",
                         self.stage_name, len(block), block.topic, block.partition, exc)  # fmt: skip
             encoded = self._one_by_one(stage, block, redecode)
         n_out = sum(len(batch) for batch, _, _ in encoded)
         self.stage_stats.record(n_in, n_out, time.perf_counter_ns() - started, 1, 0)
-        return self._produce(encoded, block.partition, arrival_ms)
-
-    def _encode(self, outputs: list[Batch]) -> list[Encoded]:
-        return [(b, *self.codec.encode_many(b.columns, len(b))) for b in outputs if len(b)]
+        return self.results.produce(encoded, block.partition, arrival_ms)
 
     def _one_by_one(self, stage: Stage, block: RecordBlock, redecode: Redecode) -> list[Encoded]:
         encoded: list[Encoded] = []
         for index in range(len(block)):
             try:
-                encoded += self._encode([o for b in redecode(index) for o in stage.process(b)])
+                outputs = [o for b in redecode(index) for o in stage.process(b)]
+                encoded += self.results.encode(outputs)
             except Exception as exc:
                 log.exception("stage %s failed on %s[%d]@%d", self.stage_name, block.topic,
                               block.partition, block.offsets[index])  # fmt: skip
@@ -100,13 +89,3 @@ class FusedTail:
                                   f"stage {self.stage_name} failed: {exc}")  # fmt: skip
                 self.stage_stats.dead_letters += 1
         return encoded
-
-    def _produce(self, encoded: list[Encoded], partition: int, arrival_ms: int | None) -> Written:
-        """The sink's part: one Avro record per result tuple (:func:`produce_results`)."""
-        started = time.perf_counter_ns()
-        n_out, written = produce_results(self.ctx, self.sink_name, self.result_topic,
-                                         self.result_partitions, encoded, partition)  # fmt: skip
-        if encoded:
-            self.sink_stats.record_latency(max(time.time() - arrival_s(arrival_ms), 0.0))
-        self.sink_stats.record(n_out, n_out, time.perf_counter_ns() - started, 0, 0, written)
-        return n_out, written

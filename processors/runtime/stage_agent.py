@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from processors.core.batch import Batch, VarColumn
+from processors.core.batch import Batch, same_layout
 from processors.runtime.agents import _envelope_agent
 from processors.runtime.context import (
     AgentContext,
@@ -76,24 +76,6 @@ def add_stage_agent(
     return stats
 
 
-def _same_layout(a: Batch, b: Batch) -> bool:
-    """Whether ``a`` and ``b`` concatenate without losing anything (columns, keys, meta)."""
-    if a.meta != b.meta or (a.key is None) != (b.key is None):
-        return False
-    if a.key is not None and b.key is not None and a.key.utf8 != b.key.utf8:
-        return False
-    if list(a.columns) != list(b.columns):
-        return False
-    for name, col in a.columns.items():
-        other = b.columns[name]
-        if isinstance(col, VarColumn):
-            if not isinstance(other, VarColumn) or col.utf8 != other.utf8:
-                return False
-        elif isinstance(other, VarColumn) or col.dtype != other.dtype:
-            return False
-    return True
-
-
 #: a part of an envelope: (its index in the block, the tuples, whether it is the envelope's last
 #: part, the position of its first tuple in the envelope)
 Piece = tuple[int, Batch, bool, int]
@@ -126,7 +108,7 @@ def _runs(batches: list[Any], max_tuples: int) -> list[list[Any]]:
     alone = max(max_tuples // 4, 1)
     for item in batches:
         n = len(item[1])
-        if runs and n < alone and size + n <= max_tuples and _same_layout(runs[-1][-1][1], item[1]):
+        if runs and n < alone and size + n <= max_tuples and same_layout(runs[-1][-1][1], item[1]):
             runs[-1].append(item)
             size += n
         else:

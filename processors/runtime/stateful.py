@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from processors.core.batch import Batch
+from processors.core.batch import Batch, coalesce
 from processors.physical.chain import StageChain
 from processors.runtime.context import (
     AgentContext,
     Cursor,
+    Written,
     arrival_s,
     block_dead_letter,
     fatal,
@@ -35,6 +36,7 @@ from processors.runtime.exactly_once import ExactlyOnce
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.layouts import Layout, layout_of, mismatch
 from processors.runtime.partitions import Held, PartitionUnits
+from processors.runtime.results import ResultWriter
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stats import AgentStats
 from topics.envelope import decode_batch, encode_envelopes
@@ -54,6 +56,7 @@ def add_stateful_agent(
     reset_state: bool = False,
     layouts: Mapping[str, Layout] | None = None,
     progress: bool = False,
+    results: ResultWriter | None = None,
 ) -> AgentStats:
     """``in_topics`` maps each input topic to the stream its batches belong to. With
     ``reset_state``, a partition whose snapshot cannot be restored starts empty (logged)
@@ -62,16 +65,32 @@ def add_stateful_agent(
     envelopes must have: any other envelope is a dead letter naming the columns, before it
     reaches (and poisons) the state. With ``progress``, the agent also tells the step after
     it how far event time has come on each partition (watermarks, idle marks), which the MJoin
-    needs to release deltas when an input has nothing for a partition."""
+    needs to release deltas when an input has nothing for a partition. With ``results`` (the
+    plan's last step) the outputs are written as result records, not envelopes for a sink."""
     expected = dict(layouts or {})
     units = PartitionUnits(name, in_topics, make_chain, snapshots, reset_state)
     stats = ctx.board.agent(name, name, plan=units.plan)
     stats.topic = next(iter(in_topics))
     stats.out_topic = out_topic
 
-    def emit(outputs: list[Batch], partition: int, arrival_ms: int | None) -> tuple[int, int]:
-        target = partition if out_partitions > 1 else 0
-        return ctx.emit(name, out_topic, outputs, target, arrival_ms)
+    def emit(outputs: list[Batch], block: RecordBlock, arrival_ms: int | None) -> Written:
+        target = block.partition if out_partitions > 1 else 0
+        if results is None:
+            return ctx.emit(name, out_topic, outputs, target, arrival_ms)
+        try:
+            encoded = results.encode(outputs)
+        except Exception as exc:  # the state has moved on: the outputs become dead letters
+            log.exception("%s: results of %s[%d] not encoded", name, block.topic, block.partition)
+            for batch in outputs:
+                for payload in encode_envelopes(batch):
+                    ctx.dead_letter(
+                        name, source_topic=block.topic, partition=block.partition,
+                        offset=block.offsets[-1], key=None, value=payload,
+                        reason=f"stage {name}: results not encoded: {exc}",
+                    )  # fmt: skip
+                    stats.dead_letters += 1
+            return 0, 0
+        return results.produce(encoded, target, arrival_ms)
 
     def tell_progress(part: Held, outputs: list[Batch], partition: int) -> int:
         """Event-time news for the next step (a watermark or an idle mark); bytes written."""
@@ -97,7 +116,8 @@ def add_stateful_agent(
         a window or join state changes a whole envelope at a time."""
         started = time.perf_counter_ns()
         stream = in_topics[block.topic]
-        n_in = n_out = nbytes = written = 0
+        n_in = nbytes = 0
+        turn_outputs: list[Batch] = []
         index = start
         while index < len(block) and n_in < limit:
             value = block.values[index]
@@ -134,12 +154,13 @@ def add_stateful_agent(
             except Exception as exc:  # a bug: the state may be half changed
                 fatal(name, exc)
             n_in += len(batch)
-            outputs = [o for o in outputs if len(o)]
-            out_tuples, out_bytes = emit(outputs, block.partition, block.arrival_ms(start, index))
-            if progress:
-                out_bytes += tell_progress(part, outputs, block.partition)
-            n_out += out_tuples
-            written += out_bytes
+            turn_outputs += (o for o in outputs if len(o))
+        # one envelope per run of outputs and one progress mark per turn, not per input
+        # envelope: the next step's per-envelope cost is paid once (docs/benchmarks.md)
+        outputs = coalesce(turn_outputs)
+        n_out, written = emit(outputs, block, block.arrival_ms(start, index))
+        if progress and index > start:
+            written += tell_progress(part, outputs, block.partition)
         part.positions[block.topic] = block.offsets[index - 1] + 1
         part.dirty = True
         elapsed = time.perf_counter_ns() - started

@@ -43,6 +43,7 @@ from processors.runtime.ingest import add_ingest_agent
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
 from processors.runtime.layouts import expected_layouts
 from processors.runtime.producer import RecordProducer
+from processors.runtime.results import ResultWriter
 from processors.runtime.scheduler import Scheduling, add_scheduling_agents
 from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.state import StateSnapshots
@@ -202,7 +203,12 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     )  # fmt: skip
 
     out_codec = _warm_up(RecordCodec(plan.output_schema, registry=_registry(options)))
-    tail = _fused_tail(ctx, plan, pipeline, out_codec) if pipeline.fused else None
+    results = None
+    if not pipeline.sink_agent:
+        results = ResultWriter(
+            ctx, out_codec, plan.result_topic, plan.result_partitions or 1, SINK_AGENT
+        )
+    tail = _fused_tail(ctx, plan, pipeline, results) if pipeline.fused else None
     for stream in plan.streams:
         codec = _warm_up(RecordCodec(stream.schema, registry=_registry(options)))
         add_ingest_agent(
@@ -217,7 +223,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             tail=tail,
         )
     if tail is None:
-        _add_step_agents(ctx, plan, pipeline, options, snapshots, eo, out_codec)
+        _add_step_agents(ctx, plan, pipeline, options, snapshots, eo, out_codec, results)
 
     watched = sorted({spec.name for spec in topic_specs(pipeline)})
 
@@ -307,19 +313,17 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
 
 
 def _fused_tail(
-    ctx: AgentContext, plan: LogicalPlan, pipeline: PhysicalPlan, out_codec: RecordCodec
+    ctx: AgentContext, plan: LogicalPlan, pipeline: PhysicalPlan, results: ResultWriter | None
 ) -> FusedTail:
     """The stage and result encode a fused plan's ingest agent runs (processors.runtime.fused)."""
     (step,) = pipeline.steps
+    assert results is not None  # a fused plan has no sink agent
     return FusedTail(
         ctx,
         source_topic=plan.streams[0].topic,
         stage_name=step.name,
         make_stage=_warmed(stage_factory(plan, step)),
-        codec=out_codec,
-        result_topic=plan.result_topic,
-        result_partitions=plan.result_partitions or 1,
-        sink_name=SINK_AGENT,
+        results=results,
     )
 
 
@@ -331,8 +335,10 @@ def _add_step_agents(
     snapshots: StateSnapshots | None,
     eo: ExactlyOnce | None,
     out_codec: RecordCodec,
+    results: ResultWriter | None,
 ) -> None:
-    """An agent per step, and the sink: the plan's pipeline between ingest and the result."""
+    """An agent per step, and the sink unless the last step writes the results (``results``):
+    the plan's pipeline between ingest and the result topic."""
     layouts = expected_layouts(plan) if any(step.stateful for step in pipeline.steps) else {}
     for step in pipeline.steps:
         if step.stateful:
@@ -348,6 +354,7 @@ def _add_step_agents(
                 reset_state=options.reset_state,
                 layouts=layouts,
                 progress=step.progress,
+                results=results if step is pipeline.steps[-1] else None,
             )
         else:
             add_stage_agent(
@@ -358,6 +365,9 @@ def _add_step_agents(
                 make_stage=_warmed(stage_factory(plan, step)),
                 bulk=step.bulk,
             )
+    if results is not None:
+        assert pipeline.steps[-1].stateful, "a stateless last step writes through the sink"
+        return
     add_sink_agent(
         ctx,
         name=SINK_AGENT,

@@ -16,6 +16,7 @@ import pytest
 from faust.types import TP
 
 from processors.core.batch import Batch, VarColumn
+from processors.core.batch import same_layout as _same_layout
 from processors.core.query import Query, col
 from processors.physical.build import stage_factory
 from processors.physical.compiler import FILTER_STEP as FILTER_STAGE
@@ -23,7 +24,7 @@ from processors.physical.compiler import compile_plan as plan_pipeline
 from processors.runtime.context import AgentContext
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import RecordBlock
-from processors.runtime.stage_agent import _runs, _same_layout, add_stage_agent
+from processors.runtime.stage_agent import _runs, add_stage_agent
 from processors.runtime.stats import StatsBoard
 from processors.workloads.examples import reading_columns, readings_passthrough
 from topics.avro import SchemaStore, decode_single_object, load_schema

@@ -21,6 +21,7 @@ from processors.runtime.deadletter import DeadLetters
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.fused import FusedTail
 from processors.runtime.ingest import add_ingest_agent
+from processors.runtime.results import ResultWriter
 from processors.runtime.stats import StatsBoard
 from processors.workloads.examples import reading_columns, readings_passthrough
 from topics.avro import SchemaStore, decode_single_object, load_schema
@@ -86,8 +87,8 @@ class Fused:
         self.out_codec = RecordCodec(self.plan.output_schema)
         tail = FusedTail(
             ctx, source_topic="fq-in", stage_name=step.name,
-            make_stage=make_stage or stage_factory(self.plan, step), codec=self.out_codec,
-            result_topic="fq-out", result_partitions=2, sink_name="sink",
+            make_stage=make_stage or stage_factory(self.plan, step),
+            results=ResultWriter(ctx, self.out_codec, "fq-out", 2, "sink"),
         )  # fmt: skip
         add_ingest_agent(ctx, name="ingest.r", source_topic="fq-in", codec=self.codec,
                          timestamp_field="ts", out_topic="unused", tail=tail)  # fmt: skip
