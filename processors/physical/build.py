@@ -6,17 +6,28 @@ from collections.abc import Callable
 
 from processors.core.plan import LogicalPlan
 from processors.physical.chain import StageChain
+from processors.physical.joined import JoinedChain
 from processors.physical.kinds import build_stage
 from processors.physical.steps import Step
 from processors.stages.base import Stage
 
 
-def chain_factory(plan: LogicalPlan, step: Step) -> Callable[[int], StageChain]:
-    """Makes ``step``'s chain of stages for one partition."""
+def chain_factory(plan: LogicalPlan, step: Step) -> Callable[[int], StageChain | JoinedChain]:
+    """Makes ``step``'s chain of stages for one partition (with its input streams' chains in
+    front, for a step that has them: :class:`JoinedChain`)."""
 
-    def make(partition: int) -> StageChain:
+    def make(partition: int) -> StageChain | JoinedChain:
         stages = [build_stage(plan, node, partition) for node in step.nodes]
-        return StageChain(step.name, stages, step.stream)
+        chain = StageChain(step.name, stages, step.stream)
+        if not step.inputs:
+            return chain
+        inputs = {
+            stream: StageChain(
+                f"stream.{stream}", [build_stage(plan, n, partition) for n in nodes], stream
+            )
+            for stream, nodes in step.inputs
+        }
+        return JoinedChain(step.name, inputs, chain)
 
     return make
 

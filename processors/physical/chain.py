@@ -27,6 +27,7 @@ class StageChain:
         self._told_idle = False
         self._idle_in = False  # the last input was an idle mark
         self._at: str | None = None  # ingest's wall clock on the latest input
+        self._fed: list[Batch] = []  # output of fed batches, not yet drained
 
     def push(self, stream: str, batch: Batch) -> list[Batch]:
         """One input batch of ``stream``; the batches the chain outputs (then what the event
@@ -36,6 +37,16 @@ class StageChain:
         if "at" in batch.meta:  # ingest's time, passed on with this chain's own marks
             self._at = batch.meta["at"]
         return self._label(self._run(0, [batch]) + self._advance())
+
+    def feed(self, stream: str, batch: Batch) -> None:
+        """:meth:`push`, its output kept for :meth:`drain` (an agent feeds a turn's
+        envelopes, then drains once: :class:`processors.physical.joined.JoinedChain`)."""
+        self._fed += self.push(stream, batch)
+
+    def drain(self) -> list[Batch]:
+        """What the batches fed since the last drain output, in order."""
+        out, self._fed = self._fed, []
+        return out
 
     def _advance(self) -> list[Batch]:
         """Event time after the merge, stage by stage: what each stage's ``advance`` makes

@@ -2,11 +2,12 @@
 
 Single-stream plans with filters at most run ingest -> filter (or pass-through) -> synthetic
 operators -> sink, stateless; without synthetic operators the worker fuses the three agents
-(``PhysicalPlan.fused``). Others run ingest -> one stateful step per stream (filters that
-commute with its window, the window, row ids for an unwindowed join input, the filters that must
-see the window's deltas) -> the MJoin (with several streams) -> the GROUP BY (with aggregates)
--> sink, on the partitions :func:`processors.core.partitioning.partitioning` allows. The last
-step projects to the result fields. Both the worker and the in-process runner are built from
+(``PhysicalPlan.fused``). Others run ingest -> the stateful stages of each stream (the
+event-time merge, filters that commute with its window, the window, row ids for an unwindowed
+join input, the filters that must see the window's deltas): a step of their own for one stream,
+in front of the MJoin in its step for several -> the GROUP BY (with aggregates), on the
+partitions :func:`processors.core.partitioning.partitioning` allows. The last step projects to
+the result fields and writes the results. Both the worker and the in-process runner are built from
 the one list this returns.
 """
 
@@ -105,34 +106,32 @@ def _general(plan: LogicalPlan) -> PhysicalPlan:
     multi = len(plan.streams) > 1
     out = internal_topic(plan.name, "out")
     agg_in = internal_topic(plan.name, "joined") if plan.aggregates else out
-    after_streams = internal_topic(plan.name, "delta") if multi else agg_in
-    after_partitions = part.join if multi else part.aggregate if plan.aggregates else part.join
     for s in plan.streams:
         topic = internal_topic(plan.name, f"ingest.{s.name}")
         ingest[s.name] = topic
         p = part.streams[s.name]
         routes[s.name] = IngestRoute(p, part.routes[s.name], progress=True)
         specs.append(TopicSpec(topic, p))
-        target = f"{after_streams}.{s.name}" if multi else after_streams
-        finish = not multi and not plan.aggregates
+        if multi:  # the stream's stages run in the MJoin's step (processors.physical.joined)
+            continue
+        finish = not plan.aggregates
         steps.append(
             Step(
-                f"stream.{s.name}", "stream", {topic: s.name}, target,
-                part.join if multi else after_partitions,
+                f"stream.{s.name}", "stream", {topic: s.name}, agg_in,
+                part.aggregate if plan.aggregates else part.join,
                 _stream_nodes(plan, s.name, finish), True, stream=s.name, finish=finish,
-                progress=multi,
             )
         )  # fmt: skip
-        if multi:
-            specs.append(TopicSpec(target, part.join))
     if multi:
-        inputs = {f"{after_streams}.{s.name}": s.name for s in plan.streams}
+        # co-partitioned with its inputs: partition p of every stream feeds partition p
+        assert all(part.streams[s.name] == part.join for s in plan.streams)
         finish = not plan.aggregates
         nodes = (StageNode("mjoin"), *((StageNode("project"),) if finish else ()))
         steps.append(
             Step(
-                "mjoin", "mjoin", inputs, agg_in,
+                "mjoin", "mjoin", {ingest[s.name]: s.name for s in plan.streams}, agg_in,
                 part.aggregate if plan.aggregates else part.join, nodes, True, finish=finish,
+                inputs=tuple((s.name, _stream_nodes(plan, s.name, False)) for s in plan.streams),
             )
         )  # fmt: skip
     if plan.aggregates:

@@ -24,7 +24,7 @@ from processors.core.partitioning import single_partition
 from processors.core.plan import LogicalPlan, StreamSpec
 from processors.physical.build import chain_factory
 from processors.physical.compiler import compile_plan
-from processors.physical.steps import PhysicalPlan, Step
+from processors.physical.steps import PhysicalPlan, StageNode, Step
 from topics.columnar import DTYPES, RecordCodec
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,11 @@ def mismatch(expected: Layout, got: Layout) -> str | None:
 
 
 def _probe_step(step: Step) -> Step:
-    nodes = tuple(n for n in step.nodes if n.kind not in ROW_SELECTING_KINDS)
-    return dataclasses.replace(step, nodes=nodes)
+    def kept(nodes: tuple[StageNode, ...]) -> tuple[StageNode, ...]:
+        return tuple(n for n in nodes if n.kind not in ROW_SELECTING_KINDS)
+
+    inputs = tuple((stream, kept(nodes)) for stream, nodes in step.inputs)
+    return dataclasses.replace(step, nodes=kept(step.nodes), inputs=inputs)
 
 
 def _zero_columns(spec: StreamSpec) -> dict[str, Column]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from processors.core.batch import Batch, coalesce
 from processors.physical.chain import StageChain
+from processors.physical.joined import JoinedChain, JoinRefused
 from processors.runtime.context import (
     AgentContext,
     Cursor,
@@ -51,7 +52,7 @@ def add_stateful_agent(
     in_topics: dict[str, str],
     out_topic: str,
     out_partitions: int,
-    make_chain: Callable[[int], StageChain],
+    make_chain: Callable[[int], StageChain | JoinedChain],
     snapshots: StateSnapshots | ExactlyOnce,
     reset_state: bool = False,
     layouts: Mapping[str, Layout] | None = None,
@@ -81,14 +82,7 @@ def add_stateful_agent(
             encoded = results.encode(outputs)
         except Exception as exc:  # the state has moved on: the outputs become dead letters
             log.exception("%s: results of %s[%d] not encoded", name, block.topic, block.partition)
-            for batch in outputs:
-                for payload in encode_envelopes(batch):
-                    ctx.dead_letter(
-                        name, source_topic=block.topic, partition=block.partition,
-                        offset=block.offsets[-1], key=None, value=payload,
-                        reason=f"stage {name}: results not encoded: {exc}",
-                    )  # fmt: skip
-                    stats.dead_letters += 1
+            batches_dead(block, [(b, f"stage {name}: results not encoded: {exc}") for b in outputs])
             return 0, 0
         return results.produce(encoded, target, arrival_ms)
 
@@ -99,14 +93,30 @@ def add_stateful_agent(
             return 0
         return ctx.send_envelopes(name, out_topic, mark, partition if out_partitions > 1 else 0)
 
-    def stage_dead_letters(part: Held, block: RecordBlock) -> None:
-        for batch, reason in part.unit.take_dead_letters():
+    def batches_dead(block: RecordBlock, dead: list[tuple[Batch, str]]) -> None:
+        """Tuples the state has moved past, as dead letters (envelopes) with their reasons."""
+        for batch, reason in dead:
             for payload in encode_envelopes(batch):
                 ctx.dead_letter(
                     name, source_topic=block.topic, partition=block.partition,
                     offset=block.offsets[-1], key=None, value=payload, reason=reason,
                 )  # fmt: skip
                 stats.dead_letters += 1
+
+    def stage_dead_letters(part: Held, block: RecordBlock) -> None:
+        batches_dead(block, part.unit.take_dead_letters())
+
+    def drain(part: Held, block: RecordBlock) -> list[Batch]:
+        """What the envelopes fed this turn output; deltas the MJoin refuses as data become
+        dead letters (its state is as before them)."""
+        out: list[Batch] = []
+        while True:
+            try:
+                return out + part.unit.drain()
+            except JoinRefused as refused:
+                out += refused.output
+                log.warning("%s: %s[%d] refused: %s", name, block.topic, block.partition, refused)
+                batches_dead(block, [(b, f"stage {name}: {refused}") for b in refused.deltas])
 
     def push_some(
         part: Held, block: RecordBlock, start: int, start_at: int, limit: int, cursor: Cursor
@@ -117,7 +127,6 @@ def add_stateful_agent(
         started = time.perf_counter_ns()
         stream = in_topics[block.topic]
         n_in = nbytes = 0
-        turn_outputs: list[Batch] = []
         index = start
         while index < len(block) and n_in < limit:
             value = block.values[index]
@@ -144,7 +153,7 @@ def add_stateful_agent(
                 stats.dead_letters += 1
                 continue
             try:
-                outputs = part.unit.push(stream, batch)
+                part.unit.feed(stream, batch)
             except ValueError as exc:  # refused as data, state untouched
                 log.warning("%s: %s[%d]@%d refused: %s", name, block.topic,
                             block.partition, offset, exc)  # fmt: skip
@@ -154,10 +163,9 @@ def add_stateful_agent(
             except Exception as exc:  # a bug: the state may be half changed
                 fatal(name, exc)
             n_in += len(batch)
-            turn_outputs += (o for o in outputs if len(o))
         # one envelope per run of outputs and one progress mark per turn, not per input
         # envelope: the next step's per-envelope cost is paid once (docs/benchmarks.md)
-        outputs = coalesce(turn_outputs)
+        outputs = coalesce([o for o in drain(part, block) if len(o)])
         n_out, written = emit(outputs, block, block.arrival_ms(start, index))
         if progress and index > start:
             written += tell_progress(part, outputs, block.partition)

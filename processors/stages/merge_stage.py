@@ -123,13 +123,26 @@ class MergeStage(StageBase):
         if src is None:
             return self._release()
         high = int(batch.meta[WATERMARK]) if WATERMARK in batch.meta else _NO_TS
+        held_before = bool(self._queues[src])
         if len(batch):
             high = max(high, int(batch.ts.max()))
             self._queues[src].append(batch)
             self.tuples_in += len(batch)
         self._high[src] = max(int(self._high[src]), high)
         self._idleness.saw(src, batch)
+        if self._nothing_due(batch, held_before):
+            return []
         return self._release()
+
+    def _nothing_due(self, batch: Batch, held_before: bool) -> bool:
+        """Whether a release now would release nothing, so that it can be skipped (it
+        concatenates every held queue: most envelopes move no watermark). While the merged
+        watermark stays where the last release cut every queue, only a batch that starts an
+        empty queue below it has anything due."""
+        limit = self.watermark()
+        if limit == _ALL or limit > self.released:
+            return False
+        return held_before or not len(batch) or int(batch.ts[0]) >= limit
 
     @property
     def _idle(self) -> np.ndarray:

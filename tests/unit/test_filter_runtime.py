@@ -91,11 +91,13 @@ def test_windows_joins_and_projections_run_as_stateful_agents() -> None:
         .build()
     )
     pipeline = plan_pipeline(joined)
-    assert [s.kind for s in pipeline.stateful] == ["stream", "stream", "mjoin"]
+    # the streams' stages run in the MJoin's step (processors.physical.joined)
+    assert [s.kind for s in pipeline.stateful] == ["mjoin"]
     assert pipeline.stateful[-1].in_topics == {
-        "streamon.q.delta.r": "r",
-        "streamon.q.delta.s": "s",
+        "streamon.q.ingest.r": "r",
+        "streamon.q.ingest.s": "s",
     }
+    assert [stream for stream, _ in pipeline.stateful[-1].inputs] == ["r", "s"]
     assert any(spec.compacted for spec in pipeline.specs)  # the state topic
     projected = reading_query().select("r.sensor_id").build()
     assert [s.kind for s in plan_pipeline(projected).stateful] == ["stream"]

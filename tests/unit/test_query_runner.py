@@ -89,7 +89,9 @@ def test_the_runner_runs_the_compiled_steps_in_order() -> None:
     plan = join_query().build()
     runner = QueryRunner(plan)
     assert list(runner.chains) == [s.name for s in compile_plan(plan).steps]
-    assert list(runner.chains) == ["stream.r", "stream.s", "mjoin", "aggregate"]
+    # the streams' stages run in front of the MJoin, in its step (processors.physical.joined)
+    assert list(runner.chains) == ["mjoin", "aggregate"]
+    assert [s for s, _ in compile_plan(plan).step("mjoin").inputs] == ["r", "s"]
     kinds = [getattr(s, "kind", None) for s in runner.all_stages()]
     assert kinds == [
         "merge",

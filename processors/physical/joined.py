@@ -1,0 +1,149 @@
+"""The MJoin step with its input streams' stages in front: one partition's stream chains (the
+event-time merge, filters, the window) feeding its MJoin chain directly.
+
+The streams of a join are co-partitioned with it (by the join key, or all on one partition:
+:mod:`processors.core.partitioning`), so partition ``p`` of every stream's chain feeds only
+partition ``p`` of the MJoin. Running them in one step spares, per batch of deltas, an envelope
+encode, a produce and fetch through the broker, a decode and the event-time marks between the
+steps; in ``streamon bench latency`` the join spent more of its CPU on those than on joining
+(docs/benchmarks.md, "bench latency"). What each stream's chain outputs and the progress it
+reports (:meth:`StageChain.progress_news`) go to the MJoin in the order the two-step pipeline
+delivered them, so results are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from processors.core.batch import Batch, coalesce
+from processors.core.state_codec import SnapshotError, decode_state, encode_state, expect
+from processors.physical.chain import StageChain
+from processors.stages.base import Stage
+
+JOINED_SNAPSHOT_VERSION = 1
+
+
+class JoinRefused(ValueError):
+    """The MJoin refused a stream's deltas as data (its state unchanged by them); ``output``
+    is what the join output before, which still counts."""
+
+    def __init__(self, stream: str, deltas: list[Batch], output: list[Batch], exc: Exception):
+        super().__init__(f"the join refused deltas of {stream}: {exc}")
+        self.stream, self.deltas, self.output = stream, deltas, output
+
+
+class JoinedChain:
+    """``inputs`` (stream -> its chain) in front of ``join`` (the MJoin's chain); the
+    :class:`StageChain` protocol, so agents and runners treat it as any step's chain."""
+
+    def __init__(self, step: str, inputs: Mapping[str, StageChain], join: StageChain) -> None:
+        self.step = step
+        self.inputs = dict(inputs)
+        self.join = join
+        self.stream = join.stream
+        self._fed: list[tuple[str, list[Batch]]] = []  # (stream, deltas) not yet drained
+
+    @property
+    def stages(self) -> list[Stage]:
+        """Every stage: the streams' in stream order, then the join's."""
+        return [s for chain in self.inputs.values() for s in chain.stages] + self.join.stages
+
+    def push(self, stream: str, batch: Batch) -> list[Batch]:
+        """A batch of ``stream`` through its chain, then what came out (and the stream's
+        event-time news) through the join."""
+        self.feed(stream, batch)
+        return self.drain()
+
+    def feed(self, stream: str, batch: Batch) -> None:
+        """A batch of ``stream`` through its chain only; what came out waits for
+        :meth:`drain`. A batch the stream's chain refuses (``ValueError``) leaves no trace."""
+        deltas = [d for d in self.inputs[stream].push(stream, batch) if len(d)]
+        if self._fed and self._fed[-1][0] == stream:
+            self._fed[-1][1].extend(deltas)
+        else:
+            self._fed.append((stream, deltas))
+
+    def drain(self) -> list[Batch]:
+        """What the fed batches make the join output: each stream's deltas since the last
+        drain as one batch per layout, then the stream's event-time news. An agent feeds a
+        turn's envelopes and drains once, so the MJoin's per-call cost is paid once a turn.
+        Raises :class:`JoinRefused` (with the deltas) if the join refuses them as data."""
+        fed, self._fed = self._fed, []
+        out: list[Batch] = []
+        for i, (stream, deltas) in enumerate(fed):
+            deltas = coalesce(deltas)
+            news = self.inputs[stream].progress_news(deltas)
+            try:
+                for delta in deltas:
+                    out += self.join.push(stream, delta)
+            except ValueError as exc:
+                self._fed = fed[i + 1 :]
+                raise JoinRefused(stream, deltas, out, exc) from exc
+            if news is not None:
+                out += self.join.push(stream, news)
+        return out
+
+    def flush(self) -> list[Batch]:
+        """End of input: each stream's held-back deltas through the join, then the join's."""
+        out = [o for s, c in self.inputs.items() for d in c.flush() for o in self.join.push(s, d)]
+        return out + self.join.flush()
+
+    def progress(self) -> int | None:
+        return self.join.progress()
+
+    def idle(self) -> bool:
+        return self.join.idle()
+
+    def progress_news(self, outputs: list[Batch]) -> Batch | None:
+        return self.join.progress_news(outputs)
+
+    def held_bytes(self) -> int:
+        return sum(c.held_bytes() for c in self.inputs.values()) + self.join.held_bytes()
+
+    def waiting_bytes(self) -> dict[str, int]:
+        waiting: dict[str, int] = {}
+        for chain in [*self.inputs.values(), self.join]:
+            for stream, nbytes in chain.waiting_bytes().items():
+                waiting[stream] = waiting.get(stream, 0) + nbytes
+        return waiting
+
+    def take_dead_letters(self) -> list[tuple[Batch, str]]:
+        chains = [*self.inputs.values(), self.join]
+        return [dead for chain in chains for dead in chain.take_dead_letters()]
+
+    def stats(self) -> dict[str, Any]:
+        """Each stage's statistics by stage name (names carry the stream: ``window.a[0]``)."""
+        out: dict[str, Any] = {}
+        for chain in [*self.inputs.values(), self.join]:
+            out.update(chain.stats())
+        return out
+
+    def snapshot(self) -> bytes:
+        return encode_state(
+            {
+                "kind": "joined",
+                "version": JOINED_SNAPSHOT_VERSION,
+                "step": self.step,
+                "inputs": {s: c.snapshot() for s, c in self.inputs.items()},
+                "join": self.join.snapshot(),
+            }
+        )
+
+    def load_snapshot(self, data: bytes) -> None:
+        """Continue from a :meth:`snapshot` of the same step; :class:`SnapshotError` if it is
+        of another step or its streams differ."""
+        tree = decode_state(data)
+        expect(tree, "joined", JOINED_SNAPSHOT_VERSION, self.step)
+        if tree.get("step") != self.step:
+            raise SnapshotError(f"snapshot of step {tree.get('step')!r}, not {self.step!r}")
+        inputs, join = tree.get("inputs"), tree.get("join")
+        if not isinstance(inputs, dict) or sorted(inputs) != sorted(self.inputs):
+            have = sorted(inputs) if isinstance(inputs, dict) else None
+            raise SnapshotError(f"{self.step}: snapshot of streams {have}, "
+                                f"the plan joins {sorted(self.inputs)}")  # fmt: skip
+        if not isinstance(join, bytes) or not all(isinstance(v, bytes) for v in inputs.values()):
+            raise SnapshotError(f"{self.step}: snapshot without its chains' bytes")
+        for stream, chain in self.inputs.items():
+            chain.load_snapshot(inputs[stream])
+        self.join.load_snapshot(join)
