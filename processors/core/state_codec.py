@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 
 MAGIC = b"SMS1"
+#: snapshots made one after another (processors.physical.joined): the same framing, a JSON
+#: header that does not describe the parts, then each part as an array is (u64 length, bytes)
+PARTS_MAGIC = b"SMP1"
 _ARRAY = "__array__"
 #: dtype kinds an array may have: bool, signed and unsigned ints, floats (no objects)
 _KINDS = frozenset("biuf")
@@ -103,7 +106,7 @@ def part_starts(data: bytes | memoryview, base: int = 0, depth: int = 0) -> list
     an array that grows from changing its neighbours' chunks. Only a hint: bytes that are not
     a snapshot, or stop being one, give the starts found so far, never an error."""
     view = memoryview(data)
-    if bytes(view[:4]) != MAGIC or len(view) < 8 or depth > 4:
+    if bytes(view[:4]) not in (MAGIC, PARTS_MAGIC) or len(view) < 8 or depth > 4:
         return []
     at = 8 + _U32.unpack_from(view, 4)[0]
     starts = [base + at]

@@ -3,7 +3,7 @@ and what the in-process runner calls. Its snapshot holds each stage's snapshot."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from processors.core.batch import Batch
@@ -148,6 +148,11 @@ class StageChain:
                 "stages": [{"name": s.name, "data": s.snapshot()} for s in self.stages],
             }
         )
+
+    def snapshot_parts(self) -> Iterator[bytes]:
+        """The snapshot as pieces to write one after another (one piece here; a
+        :class:`processors.physical.joined.JoinedChain` makes several)."""
+        yield self.snapshot()
 
     def load_snapshot(self, data: bytes) -> None:
         """Continue from a :meth:`snapshot` of the same step (a freshly built chain);

@@ -13,15 +13,19 @@ delivered them, so results are the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import struct
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from processors.core.batch import Batch, coalesce
-from processors.core.state_codec import SnapshotError, decode_state, encode_state, expect
+from processors.core.state_codec import PARTS_MAGIC, SnapshotError, expect
 from processors.physical.chain import StageChain
 from processors.stages.base import Stage
 
 JOINED_SNAPSHOT_VERSION = 1
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
 
 
 class JoinRefused(ValueError):
@@ -120,30 +124,48 @@ class JoinedChain:
         return out
 
     def snapshot(self) -> bytes:
-        return encode_state(
-            {
-                "kind": "joined",
-                "version": JOINED_SNAPSHOT_VERSION,
-                "step": self.step,
-                "inputs": {s: c.snapshot() for s, c in self.inputs.items()},
-                "join": self.join.snapshot(),
-            }
-        )
+        return b"".join(self.snapshot_parts())
+
+    def snapshot_parts(self) -> Iterator[bytes]:
+        """The snapshot in pieces, each chain's made only when the one before has been taken:
+        a save that writes each piece as it comes (processors.runtime.state) holds one chain's
+        snapshot at a time, not the whole partition's twice over. Layout: ``SMP1``, a u32
+        length and a JSON header, then per chain (streams in order, then the join) a u64
+        length and the chain's snapshot."""
+        header = json.dumps({"kind": "joined", "version": JOINED_SNAPSHOT_VERSION,
+                             "step": self.step, "streams": list(self.inputs)}).encode()  # fmt: skip
+        yield PARTS_MAGIC + _U32.pack(len(header)) + header
+        for chain in [*self.inputs.values(), self.join]:
+            data = chain.snapshot()
+            yield _U64.pack(len(data))
+            yield data
 
     def load_snapshot(self, data: bytes) -> None:
         """Continue from a :meth:`snapshot` of the same step; :class:`SnapshotError` if it is
         of another step or its streams differ."""
-        tree = decode_state(data)
-        expect(tree, "joined", JOINED_SNAPSHOT_VERSION, self.step)
-        if tree.get("step") != self.step:
-            raise SnapshotError(f"snapshot of step {tree.get('step')!r}, not {self.step!r}")
-        inputs, join = tree.get("inputs"), tree.get("join")
-        if not isinstance(inputs, dict) or sorted(inputs) != sorted(self.inputs):
-            have = sorted(inputs) if isinstance(inputs, dict) else None
-            raise SnapshotError(f"{self.step}: snapshot of streams {have}, "
-                                f"the plan joins {sorted(self.inputs)}")  # fmt: skip
-        if not isinstance(join, bytes) or not all(isinstance(v, bytes) for v in inputs.values()):
-            raise SnapshotError(f"{self.step}: snapshot without its chains' bytes")
-        for stream, chain in self.inputs.items():
-            chain.load_snapshot(inputs[stream])
-        self.join.load_snapshot(join)
+        view = memoryview(data)
+        if bytes(view[:4]) != PARTS_MAGIC or len(view) < 8:
+            raise SnapshotError(f"{self.step}: not a joined snapshot")
+        at = 8 + _U32.unpack_from(view, 4)[0]
+        try:
+            header = json.loads(bytes(view[8:at]))
+        except ValueError as exc:
+            raise SnapshotError(f"{self.step}: bad snapshot header: {exc}") from exc
+        if not isinstance(header, dict):
+            raise SnapshotError(f"{self.step}: bad snapshot header")
+        expect(header, "joined", JOINED_SNAPSHOT_VERSION, self.step)
+        if header.get("step") != self.step:
+            raise SnapshotError(f"snapshot of step {header.get('step')!r}, not {self.step!r}")
+        if header.get("streams") != list(self.inputs):
+            raise SnapshotError(f"{self.step}: snapshot of streams {header.get('streams')}, "
+                                f"the plan joins {list(self.inputs)}")  # fmt: skip
+        for chain in [*self.inputs.values(), self.join]:
+            if at + 8 > len(view):
+                raise SnapshotError(f"{self.step}: snapshot ends before {chain.step}'s")
+            (length,) = _U64.unpack_from(view, at)
+            if at + 8 + length > len(view):
+                raise SnapshotError(f"{self.step}: snapshot of {chain.step} cut short")
+            chain.load_snapshot(bytes(view[at + 8 : at + 8 + length]))
+            at += 8 + length
+        if at != len(view):
+            raise SnapshotError(f"{self.step}: {len(view) - at} bytes after the snapshot")

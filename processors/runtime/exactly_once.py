@@ -218,7 +218,7 @@ class ExactlyOnce:
                 held = stateful.held.get(partition)
                 if held is None:  # dropped at a revocation, which committed it first
                     continue
-                positions, data = dict(held.positions), held.unit.snapshot()
+                positions, data = dict(held.positions), held.unit.snapshot_parts()
                 held.dirty = False
             else:
                 if unit not in self._restored:  # never commit over a record not read yet

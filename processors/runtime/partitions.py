@@ -127,7 +127,8 @@ class PartitionUnits:
         wrote = 0
         for p, held in sorted(self.held.items()):
             if held.dirty:
-                wrote += self.snapshots.save(self.agent, p, held.positions, held.unit.snapshot())
+                parts = held.unit.snapshot_parts()  # made piece by piece as they are written
+                wrote += self.snapshots.save(self.agent, p, held.positions, parts)
                 held.dirty = False
                 if wrote > FLUSH_AFTER_BYTES:  # a large state is not queued whole, twice over
                     await flush()

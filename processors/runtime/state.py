@@ -59,6 +59,9 @@ OUTBOX_CHUNK_BYTES = 512 * 1024
 #: the chunking mask's bits: chunks of about 10 KiB (more bits for a state of over 32 MiB, so that
 #: a header names at most MAX_CHUNKS: a chunk has at least a quarter of ``2**bits`` bytes)
 CHUNK_BITS = 13
+#: a snapshot in pieces (a join's chains, :meth:`StateSnapshots.save`) has up to this many big
+#: ones, so each piece gets this share of the header's chunks
+PIECE_SHARE = 4
 
 __all__ = ["StateRestoreError", "StateSnapshots", "StoredSnapshot", "SENT"]
 
@@ -122,17 +125,26 @@ class StateSnapshots:
         agent: str,
         partition: int,
         positions: dict[str, int],
-        data: bytes,
+        data: bytes | Iterable[bytes],
         outbox: bytes = b"",
         epoch: int | None = None,
     ) -> int:
         """Queue one snapshot (flush the producer to make it durable); returns the bytes it
-        queued. Its new chunks go first and the header after them: with one producer, a header
-        in the log means its chunks are there too."""
+        queued. ``data`` may come in pieces (a chain's ``snapshot_parts()``): each is chunked
+        as it comes and dropped before the next is made, and a restore reads their
+        concatenation. Its new chunks go first and the header after them: with one producer,
+        a header in the log means its chunks are there too."""
         epoch = time.time_ns() if epoch is None else epoch
         base = header_key(agent, partition)
         before = self._live.get(base) or _Live(set(), [])
-        names, written = self._chunks(base, data, before.chunks)
+        names: list[str] = []
+        written = size = 0
+        queued: set[str] = set()
+        whole = isinstance(data, bytes | bytearray)
+        for piece in [data] if whole else data:
+            budget = MAX_CHUNKS if whole else MAX_CHUNKS // PIECE_SHARE
+            written += self._chunks(base, piece, before.chunks, names, queued, budget)
+            size += len(piece)
         out_keys = self._outbox(base, epoch, outbox)
         header: dict = {"v": 2, "positions": positions, "epoch": epoch, "chunks": names}
         if out_keys:
@@ -148,18 +160,25 @@ class StateSnapshots:
         self.saved += 1
         queued = written + len(raw) + len(outbox)
         self.saved_bytes += queued
-        self.state_bytes[base] = len(data)
+        self.state_bytes[base] = size
         return queued
 
-    def _chunks(self, base: str, data: bytes, live: set[str]) -> tuple[list[str], int]:
-        """Names of ``data``'s chunks in order, queueing those whose keys ``live`` lacks; the
-        bytes queued."""
+    def _chunks(
+        self,
+        base: str,
+        data: bytes,
+        live: set[str],
+        names: list[str],
+        queued: set[str],
+        budget: int,
+    ) -> int:
+        """Append the names of ``data``'s chunks (about ``budget // 4`` at most) to ``names``
+        in order, queueing those whose keys neither ``live`` nor ``queued`` has; the bytes
+        queued."""
         view = memoryview(data)
         bits = CHUNK_BITS
-        while len(data) >> bits > MAX_CHUNKS // 4:
+        while len(data) >> bits > budget // 4:
             bits += 1
-        names: list[str] = []
-        queued: set[str] = set()
         written = 0
         for start, stop in chunk_bounds(view, bits, part_starts(view)):
             piece = view[start:stop]
@@ -170,7 +189,7 @@ class StateSnapshots:
                 self.producer.produce(self.topic, bytes(piece), key=key.encode())
                 queued.add(key)
                 written += stop - start
-        return names, written
+        return written
 
     def _outbox(self, base: str, epoch: int, outbox: bytes) -> list[str]:
         keys = []

@@ -91,7 +91,10 @@ def the_join_state(runner: QueryRunner) -> bytes:
     return runner.chains["mjoin"].snapshot()
 
 
-def test_a_growing_join_state_writes_about_its_own_size(monkeypatch) -> None:
+@pytest.mark.parametrize("in_pieces", [False, True])
+def test_a_growing_join_state_writes_about_its_own_size(monkeypatch, in_pieces: bool) -> None:
+    """Saved whole, or piece by piece as the agents save it (``snapshot_parts``: each chain's
+    snapshot made when the one before is written)."""
     runner, log = join_runner(), Log()
     store = StateSnapshots("unused:9092", "state", log)  # type: ignore[arg-type]
     sizes = []
