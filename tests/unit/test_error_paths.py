@@ -6,13 +6,13 @@ spin for ever."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from helpers import FakeApp
 
 from processors.core.batch import Batch
 from processors.core.partitioning import single_partition
@@ -69,24 +69,6 @@ class LimitedProducer:
 
     def on(self, topic: str) -> list[tuple[bytes, bytes | None, int | None]]:
         return [(v, k, p) for t, v, k, p in self.sent if t == topic]
-
-
-class FakeApp:
-    def __init__(self) -> None:
-        self.agents: dict[str, Callable] = {}
-        self.on_partitions_assigned = SimpleNamespace(connect=lambda handler: None)
-        self.on_partitions_revoked = SimpleNamespace(connect=lambda handler: None)
-        self.flush_hooks: list[Callable] = []
-
-    def topic(self, *names: str, **kwargs: Any) -> str:
-        return names[0]
-
-    def agent(self, source: str, name: str) -> Callable:
-        def register(fn: Callable) -> Callable:
-            self.agents[name] = fn
-            return fn
-
-        return register
 
 
 class Stopped(BaseException):

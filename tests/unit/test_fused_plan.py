@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from helpers import FakeApp
 
 from processors.core.batch import Batch
 from processors.core.query import Query, col
@@ -50,22 +50,6 @@ class Producer:
         return [(v, k, p) for t, v, k, p in self.sent if t == topic]
 
 
-class App:
-    def __init__(self) -> None:
-        self.agents: dict[str, Callable] = {}
-        self.on_partitions_assigned = SimpleNamespace(connect=lambda handler: None)
-
-    def topic(self, *names: str, **kwargs: Any) -> str:
-        return names[0]
-
-    def agent(self, source: str, name: str) -> Callable:
-        def register(fn: Callable) -> Callable:
-            self.agents[name] = fn
-            return fn
-
-        return register
-
-
 def filter_query() -> Query:
     q = readings_passthrough(name="fq", topic="fq-in", result="fq-out")
     return q.where(col("r.humidity") > 10.0, col("r.temperature") < 25.0)
@@ -79,7 +63,7 @@ class Fused:
         physical = compile_plan(self.plan)
         assert physical.fused
         (step,) = physical.steps
-        self.app, self.producer = App(), Producer()
+        self.app, self.producer = FakeApp(), Producer()
         self.board = StatsBoard("w1", "fq")
         letters = DeadLetters(self.producer, "dead", "w1")  # type: ignore[arg-type]
         ctx = AgentContext(self.app, self.board, letters, self.producer)  # type: ignore[arg-type]

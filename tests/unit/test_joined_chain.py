@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers import reading_batch
 
 from processors.core.batch import Batch, VarColumn
 from processors.core.partitioning import single_partition
@@ -17,23 +18,6 @@ from processors.physical.compiler import compile_plan
 from processors.physical.joined import JoinedChain
 from processors.physical.runner import QueryRunner
 from topics.avro import load_schema
-
-
-def readings(n: int, seed: int, start: int) -> Batch:
-    rng = np.random.default_rng(seed)
-    site = rng.integers(0, 3, n)
-    data = np.frombuffer("".join("abc"[i] for i in site.tolist()).encode(), np.uint8).copy()
-    columns = {
-        "sensor_id": rng.integers(0, 10, n).astype(np.int64),
-        "ts": start + np.cumsum(rng.integers(0, 6, n)).astype(np.int64),
-        "temperature": np.round(rng.normal(20, 5, n), 2),
-        "humidity": rng.uniform(0, 100, n).astype(np.float32),
-        "site": VarColumn(np.arange(n + 1, dtype=np.int64), data),
-        "ok": rng.random(n) > 0.3,
-        "battery": rng.uniform(0, 1, n).astype(np.float32),
-        "battery?": rng.random(n) < 0.2,  # null there
-    }
-    return Batch.inserts(columns, ts=columns["ts"])
 
 
 def three_way() -> Query:
@@ -63,7 +47,14 @@ def inputs(seed: int) -> list[tuple[str, Batch]]:
     out = []
     for i in range(30):
         stream = "abc"[int(rng.integers(0, 3))]
-        out.append((stream, readings(int(rng.integers(0, 25)), seed * 1000 + i, start=i * 60)))
+        out.append(
+            (
+                stream,
+                reading_batch(
+                    int(rng.integers(0, 25)), seed * 1000 + i, i * 60, sensors=10, step=6
+                ),
+            )
+        )
     return out
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import pytest
+from helpers import reading_batch
 from oracle.naive import batches_to_rows, naive_join, naive_window_deltas
 
 from processors.core.batch import Batch, VarColumn
@@ -16,21 +16,6 @@ from processors.physical.runner import QueryRunner
 from topics.avro import load_schema
 
 SITES = ("a", "b", "c")
-
-
-def readings(n: int, seed: int, start: int) -> Batch:
-    rng = np.random.default_rng(seed)
-    site = rng.integers(0, len(SITES), n)
-    data = np.frombuffer("".join(SITES[i] for i in site.tolist()).encode(), np.uint8).copy()
-    columns = {
-        "sensor_id": rng.integers(0, 12, n).astype(np.int64),
-        "ts": start + np.cumsum(rng.integers(0, 8, n)).astype(np.int64),
-        "temperature": np.round(rng.normal(20, 5, n), 2),
-        "humidity": rng.uniform(0, 100, n).astype(np.float32),
-        "site": VarColumn(np.arange(n + 1, dtype=np.int64), data),
-        "ok": rng.random(n) > 0.3,
-    }
-    return Batch.inserts(columns, ts=columns["ts"])
 
 
 def join_query() -> Query:
@@ -71,7 +56,7 @@ def test_the_runner_equals_the_oracle_end_to_end(seed: int) -> None:
     out: list[Batch] = []
     for i in range(12):
         for j, s in enumerate(("r", "s")):
-            batch = readings(40, seed * 100 + 2 * i + j, start=i * 400)
+            batch = reading_batch(40, seed * 100 + 2 * i + j, start=i * 400)
             inputs[s].append(batch)
             out += runner.push(s, batch)
     out += runner.flush()
@@ -111,7 +96,7 @@ def test_a_restored_chain_continues_like_the_original() -> None:
     """What a worker does at a restart: a fresh chain of the step loads the snapshot."""
     plan = join_query().build()
     first, whole = QueryRunner(plan), QueryRunner(plan)
-    batches = [(s, readings(50, 7 + i, start=i * 300)) for i in range(10) for s in ("r", "s")]
+    batches = [(s, reading_batch(50, 7 + i, start=i * 300)) for i in range(10) for s in ("r", "s")]
     for s, batch in batches[:9]:
         first.push(s, batch.slice(0, len(batch)))
         whole.push(s, batch)
