@@ -28,15 +28,6 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
 
-class JoinRefused(ValueError):
-    """The MJoin refused a stream's deltas as data (its state unchanged by them); ``output``
-    is what the join output before, which still counts."""
-
-    def __init__(self, stream: str, deltas: list[Batch], output: list[Batch], exc: Exception):
-        super().__init__(f"the join refused deltas of {stream}: {exc}")
-        self.stream, self.deltas, self.output = stream, deltas, output
-
-
 class JoinedChain:
     """``inputs`` (stream -> its chain) in front of ``join`` (the MJoin's chain); the
     :class:`StageChain` protocol, so agents and runners treat it as any step's chain."""
@@ -47,6 +38,7 @@ class JoinedChain:
         self.join = join
         self.stream = join.stream
         self._fed: list[tuple[str, list[Batch]]] = []  # (stream, deltas) not yet drained
+        self._refused: list[tuple[Batch, str]] = []  # deltas the join refused, with why
 
     @property
     def stages(self) -> list[Stage]:
@@ -72,18 +64,18 @@ class JoinedChain:
         """What the fed batches make the join output: each stream's deltas since the last
         drain as one batch per layout, then the stream's event-time news. An agent feeds a
         turn's envelopes and drains once, so the MJoin's per-call cost is paid once a turn.
-        Raises :class:`JoinRefused` (with the deltas) if the join refuses them as data."""
+        Deltas the join refuses as data (``ValueError``, its state unchanged) are kept for
+        :meth:`take_dead_letters` with the reason; the others go on."""
         fed, self._fed = self._fed, []
         out: list[Batch] = []
-        for i, (stream, deltas) in enumerate(fed):
+        for stream, deltas in fed:
             deltas = coalesce(deltas)
             news = self.inputs[stream].progress_news(deltas)
-            try:
-                for delta in deltas:
+            for delta in deltas:
+                try:
                     out += self.join.push(stream, delta)
-            except ValueError as exc:
-                self._fed = fed[i + 1 :]
-                raise JoinRefused(stream, deltas, out, exc) from exc
+                except ValueError as exc:
+                    self._refused.append((delta, f"{self.step}: {exc}"))
             if news is not None:
                 out += self.join.push(stream, news)
         return out
@@ -114,7 +106,8 @@ class JoinedChain:
 
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         chains = [*self.inputs.values(), self.join]
-        return [dead for chain in chains for dead in chain.take_dead_letters()]
+        refused, self._refused = self._refused, []
+        return [dead for chain in chains for dead in chain.take_dead_letters()] + refused
 
     def stats(self) -> dict[str, Any]:
         """Each stage's statistics by stage name (names carry the stream: ``window.a[0]``)."""

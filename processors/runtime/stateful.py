@@ -23,7 +23,7 @@ from typing import Any
 
 from processors.core.batch import Batch, coalesce
 from processors.physical.chain import StageChain
-from processors.physical.joined import JoinedChain, JoinRefused
+from processors.physical.joined import JoinedChain
 from processors.runtime.context import (
     AgentContext,
     Cursor,
@@ -106,18 +106,6 @@ def add_stateful_agent(
     def stage_dead_letters(part: Held, block: RecordBlock) -> None:
         batches_dead(block, part.unit.take_dead_letters())
 
-    def drain(part: Held, block: RecordBlock) -> list[Batch]:
-        """What the envelopes fed this turn output; deltas the MJoin refuses as data become
-        dead letters (its state is as before them)."""
-        out: list[Batch] = []
-        while True:
-            try:
-                return out + part.unit.drain()
-            except JoinRefused as refused:
-                out += refused.output
-                log.warning("%s: %s[%d] refused: %s", name, block.topic, block.partition, refused)
-                batches_dead(block, [(b, f"stage {name}: {refused}") for b in refused.deltas])
-
     def push_some(
         part: Held, block: RecordBlock, start: int, start_at: int, limit: int, cursor: Cursor
     ) -> int:
@@ -165,7 +153,7 @@ def add_stateful_agent(
             n_in += len(batch)
         # one envelope per run of outputs and one progress mark per turn, not per input
         # envelope: the next step's per-envelope cost is paid once (docs/benchmarks.md)
-        outputs = coalesce([o for o in drain(part, block) if len(o)])
+        outputs = coalesce([o for o in part.unit.drain() if len(o)])
         n_out, written = emit(outputs, block, block.arrival_ms(start, index))
         if progress and index > start:
             written += tell_progress(part, outputs, block.partition)

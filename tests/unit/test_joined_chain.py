@@ -14,6 +14,7 @@ from processors.core.batch import Batch, VarColumn
 from processors.core.partitioning import single_partition
 from processors.core.query import Query, col
 from processors.physical.build import chain_factory
+from processors.physical.chain import StageChain
 from processors.physical.compiler import compile_plan
 from processors.physical.joined import JoinedChain
 from processors.physical.runner import QueryRunner
@@ -102,3 +103,34 @@ def test_a_snapshot_between_turns_continues_exactly() -> None:
     got += fed_in_turns(second, batches[15:], 2) + second.flush()
     assert net(got) == net(want)
     assert {stage.name for stage in second.stages} >= {"merge.a[0]", "window.c[0]", "mjoin[0]"}
+
+
+class Picky:
+    """A join chain that refuses, as data, any batch holding event time 13."""
+
+    stages: list = []
+    stream = None
+
+    def push(self, stream: str, batch: Batch) -> list[Batch]:
+        if (batch.ts == 13).any():
+            raise ValueError("time 13 refused")
+        return [batch]
+
+    def take_dead_letters(self) -> list:
+        return []
+
+
+def test_deltas_the_join_refuses_are_dead_letters_and_later_ones_go_on() -> None:
+    chain = JoinedChain("j", {"a": StageChain("stream.a", [], "a")}, Picky())  # type: ignore[arg-type]
+    good, bad, later = (reading_batch(3, seed, 0) for seed in (1, 2, 3))
+    for batch, ts in ((good, 5), (bad, 13), (later, 20)):
+        batch.ts = np.full(3, ts, np.int64)
+    chain.feed("a", good)
+    assert [len(b) for b in chain.drain()] == [3]
+    chain.feed("a", bad)
+    assert chain.drain() == []
+    chain.feed("a", later)
+    assert [len(b) for b in chain.drain()] == [3]
+    ((refused, reason),) = chain.take_dead_letters()
+    assert refused.equals(bad) and "time 13 refused" in reason and reason.startswith("j:")
+    assert chain.take_dead_letters() == []
