@@ -5,9 +5,10 @@ partition. This runner runs every partition of every step and moves batches betw
 the worker's agents do: ingest routes each input partition's records by the plan's
 :class:`~processors.physical.steps.IngestRoute` and tags them with their input partition and
 watermark (:mod:`processors.stages.merge_stage`), sends watermarks to the partitions that got
-nothing, each step writes to the partition the worker would, and stream steps tell the MJoin
-their event-time progress. So tests can check routing, the event-time merge and progress
-against an oracle on many partitions and arbitrary producer partitionings, without a broker.
+nothing, each step writes to the partition the worker would, and each stream's chain tells the
+MJoin its event-time progress (inside the MJoin's step: processors.physical.joined). So tests
+can check routing, the event-time merge and progress against an oracle on many partitions
+and arbitrary producer partitionings, without a broker.
 """
 
 from __future__ import annotations
@@ -82,10 +83,6 @@ class FleetRunner:
         chain = self.chains[(step.name, q)]
         outputs = [o for o in chain.push(step.in_topics[topic], batch) if len(o)]
         self._forward(step.name, q, outputs)
-        if step.progress:
-            news = chain.progress_news(outputs)
-            if news is not None:
-                self._deliver(step.out_topic, q if step.out_partitions > 1 else 0, news)
 
     def _forward(self, step_name: str, q: int, outputs: list[Batch]) -> None:
         step = self.physical.step(step_name)

@@ -57,8 +57,6 @@ class Step:
     bulk: bool = True
     stream: str | None = None
     finish: bool = False  # ends with the projection to the result fields
-    #: sends its event-time progress (watermarks, idle marks) to the step after it (an MJoin)
-    progress: bool = False
     #: the MJoin step: each input stream's stages (the event-time merge, filters, the window),
     #: run in front of ``nodes`` on the same partition (processors.physical.joined)
     inputs: tuple[tuple[str, tuple[StageNode, ...]], ...] = ()

@@ -56,7 +56,6 @@ def add_stateful_agent(
     snapshots: StateSnapshots | ExactlyOnce,
     reset_state: bool = False,
     layouts: Mapping[str, Layout] | None = None,
-    progress: bool = False,
     results: ResultWriter | None = None,
 ) -> AgentStats:
     """``in_topics`` maps each input topic to the stream its batches belong to. With
@@ -64,9 +63,8 @@ def add_stateful_agent(
     instead of stopping the worker. ``layouts`` (from
     :func:`processors.runtime.layouts.expected_layouts`) gives the columns each input topic's
     envelopes must have: any other envelope is a dead letter naming the columns, before it
-    reaches (and poisons) the state. With ``progress``, the agent also tells the step after
-    it how far event time has come on each partition (watermarks, idle marks), which the MJoin
-    needs to release deltas when an input has nothing for a partition. With ``results`` (the
+    reaches (and poisons) the state (a join's streams pass their event-time progress to its
+    MJoin inside the step: :mod:`processors.physical.joined`). With ``results`` (the
     plan's last step) the outputs are written as result records, not envelopes for a sink."""
     expected = dict(layouts or {})
     units = PartitionUnits(name, in_topics, make_chain, snapshots, reset_state)
@@ -85,13 +83,6 @@ def add_stateful_agent(
             batches_dead(block, [(b, f"stage {name}: results not encoded: {exc}") for b in outputs])
             return 0, 0
         return results.produce(encoded, target, arrival_ms)
-
-    def tell_progress(part: Held, outputs: list[Batch], partition: int) -> int:
-        """Event-time news for the next step (a watermark or an idle mark); bytes written."""
-        mark = part.unit.progress_news(outputs)
-        if mark is None:
-            return 0
-        return ctx.send_envelopes(name, out_topic, mark, partition if out_partitions > 1 else 0)
 
     def batches_dead(block: RecordBlock, dead: list[tuple[Batch, str]]) -> None:
         """Tuples the state has moved past, as dead letters (envelopes) with their reasons."""
@@ -155,8 +146,6 @@ def add_stateful_agent(
         # envelope: the next step's per-envelope cost is paid once (docs/benchmarks.md)
         outputs = coalesce([o for o in part.unit.drain() if len(o)])
         n_out, written = emit(outputs, block, block.arrival_ms(start, index))
-        if progress and index > start:
-            written += tell_progress(part, outputs, block.partition)
         part.positions[block.topic] = block.offsets[index - 1] + 1
         part.dirty = True
         elapsed = time.perf_counter_ns() - started

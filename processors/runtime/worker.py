@@ -353,7 +353,6 @@ def _add_step_agents(
                 snapshots=snapshots if eo is None else eo,
                 reset_state=options.reset_state,
                 layouts=layouts,
-                progress=step.progress,
                 results=results if step is pipeline.steps[-1] else None,
             )
         else:
