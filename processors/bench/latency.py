@@ -80,7 +80,13 @@ def query_text(kind: str, name: str, prefix: str, result: str) -> str:
 class _Publisher:
     """Readings for a query's streams, encoded in bulk. Join keys are drawn from a range sized
     so that a key recurs about once per window per stream at the offered rate (each arrival
-    then matches about one tuple of each other stream, as in a key-to-key join)."""
+    then matches about one tuple of each other stream, as in a key-to-key join).
+
+    Each call spreads its records over every partition of each topic, as producers keyed by
+    the stream's key do. Unkeyed, librdkafka's sticky partitioner put each 10 ms tick on one
+    random partition, and every event-time merge then waited for the partitions that had had
+    no record for a while: 0.5-1 s of the join's latency even at a sixth of its capacity
+    (docs/benchmarks.md, "Where the join's second went")."""
 
     def __init__(self, bootstrap: str, prefix: str, streams: str) -> None:
         self.topics = [f"{prefix}.{s}" for s in streams]
@@ -96,10 +102,12 @@ class _Publisher:
         batch.columns["sensor_id"] = np.random.default_rng(self.sent).integers(0, self.keys, n)
         k = len(self.topics)
         for i, topic in enumerate(self.topics):  # every k-th row to each stream: same times
-            part = batch.take(np.arange(i, n, k))
-            if len(part):
-                buf, offsets = self.codec.encode_many(part.columns, len(part))
-                self.producer.produce_many(topic, buf, offsets)
+            rows = np.arange(i, n, k)
+            for partition in range(PARTITIONS):  # every partition, every call (see the class)
+                part = batch.take(rows[partition::PARTITIONS])
+                if len(part):
+                    buf, offsets = self.codec.encode_many(part.columns, len(part))
+                    self.producer.produce_many(topic, buf, offsets, partition=partition)
         self.sent += n
 
     def trailer(self, ts: int, per_partition: int = 100) -> None:

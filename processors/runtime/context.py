@@ -16,10 +16,10 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sized
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from processors.core.batch import Batch
 from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES, DEFAULT_QUANTUM_MS
@@ -218,6 +218,27 @@ class AgentContext:
             await self.producer.flush()
         except Exception as exc:
             fatal("output producer", exc)
+
+
+#: delivered blocks an agent takes in one go (faust_bulk.take_waiting), the one Faust hands it
+#: aside: at most the worker's stream buffer holds
+WAITING_BLOCKS = 64
+
+T = TypeVar("T", bound=Sized)
+
+
+def tuple_runs(items: list[T], limit: int) -> list[list[T]]:
+    """``items`` in consecutive runs of at most ``limit`` tuples (an item larger than that is
+    a run of its own): what one arbiter turn does of several blocks."""
+    runs: list[list[T]] = []
+    size = limit
+    for item in items:
+        if size + len(item) > limit or not runs:
+            runs.append([])
+            size = 0
+        runs[-1].append(item)
+        size += len(item)
+    return runs
 
 
 def arrival_s(arrival_ms: int | float | None) -> float:

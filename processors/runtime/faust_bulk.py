@@ -19,6 +19,9 @@ consumer's gap tracker, so acking the block's event commits the whole run.
 - ``faust.types.tuples.ConsumerMessage``'s constructor;
 - the ``raw`` value serializer passing non-bytes values through untouched;
 - ``App._new_transport`` (overridden to install the transport);
+- an agent stream's ``channel.queue`` (its buffer of delivered events), ``Message.tracked``,
+  ``Consumer.track_message``, ``Event.ack``, ``App.flow_control``, ``App.sensors``, as Faust's
+  stream iterator uses them (:func:`take_waiting`);
 - ``Consumer.pause_partitions``/``resume_partitions``/``_buffered_partitions``
   (backpressure, :meth:`BulkConsumer.hold_back`);
 - ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``
@@ -112,6 +115,49 @@ class RecordBlock:
         offsets = np.zeros(len(values) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return np.frombuffer(b"".join(values), dtype=np.uint8), offsets
+
+
+def take_waiting(stream: Any, limit: int) -> list[Any]:
+    """Up to ``limit`` events already delivered to an agent's ``stream`` and waiting in its
+    buffer, taken at once; the caller acks them with :func:`ack_taken` once processed.
+
+    Faust's stream iterator yields to the event loop before every event, so an agent takes one
+    event per loop cycle. Every other agent's turn comes in between, and a cheap agent (ingest:
+    0.5 ms a block) waited 100-200 ms in its buffer behind a join's turns (docs/benchmarks.md,
+    "Where the join's second went"). Taken here, the events are tracked as the iterator
+    tracks them (pending acks); events of an earlier consumer generation (a rebalance began)
+    are acked and dropped, as the iterator drops them.
+    """
+    channel = getattr(stream, "channel", None)
+    if channel is None:  # not a Faust stream (an agent driven directly): nothing waits
+        return []
+    queue = channel.queue
+    app = stream.app
+    taken: list[Any] = []
+    while len(taken) < limit and not queue.empty() and not queue._errors:
+        event = queue.get_nowait()
+        message = getattr(event, "message", None)
+        if message is None:  # not an event of a topic: a plain value
+            taken.append(event)
+            continue
+        if not app.flow_control.is_active() or (
+            message.generation_id != app.consumer_generation_id
+        ):
+            ack_taken([event])
+            continue
+        if app.topics.acks_enabled_for(message.topic) and not message.tracked:
+            message.tracked = True
+            app.consumer.track_message(message)
+        taken.append(event)
+    return taken
+
+
+def ack_taken(events: Iterable[Any]) -> None:
+    """Ack events :func:`take_waiting` took: their offsets may be committed from now on."""
+    for event in events:
+        message = getattr(event, "message", None)
+        if message is not None and event.ack():  # the last stream to ack it
+            event.app.sensors.on_message_out(message.tp, message.offset, message)
 
 
 class _ShortWaitConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):

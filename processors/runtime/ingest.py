@@ -23,15 +23,17 @@ from faust.types import TP
 from processors.core.batch import Batch, VarColumn
 from processors.physical.steps import IngestRoute
 from processors.runtime.context import (
+    WAITING_BLOCKS,
     AgentContext,
     Cursor,
     arrival_s,
     block_dead_letter,
     fatal,
     guard_agent,
+    tuple_runs,
 )
 from processors.runtime.event_progress import NO_TS, EventProgress
-from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.faust_bulk import RecordBlock, ack_taken, take_waiting
 from processors.runtime.fused import FusedTail
 from processors.runtime.stats import AgentStats
 from processors.stages.merge_stage import SOURCE
@@ -208,24 +210,33 @@ def add_ingest_agent(
         stats.record(len(block), n_out, elapsed, len(block), nbytes, written)
         stats.positions[block.partition] = block.offsets[-1] + 1
 
+    def units_of(block: Any, limit: int) -> list[RecordBlock]:
+        """A delivered block's records not done before, in units of at most ``limit``."""
+        if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
+            fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+        end = block.offsets[-1] + 1 if len(block) else None
+        block = block.from_offset(ctx.floor(name, block.topic, block.partition))
+        if not len(block) and end is not None:  # all done before (exactly-once restart):
+            moved = max(stats.positions.get(block.partition, 0), end)  # read to here
+            stats.positions[block.partition] = moved
+        return [unit for unit in block.split(limit) if len(unit)]
+
     async def ingest(blocks: Any, cursor: Cursor) -> None:
-        async for block in blocks:
-            if not isinstance(block, RecordBlock):  # the bulk path is not installed: fail loudly
-                fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            end = block.offsets[-1] + 1 if len(block) else None
-            block = block.from_offset(ctx.floor(name, block.topic, block.partition))
-            if not len(block) and end is not None:  # all done before (exactly-once restart):
-                moved = max(stats.positions.get(block.partition, 0), end)  # read to here
-                stats.positions[block.partition] = moved
-            for unit in block.split(ctx.turn_tuples(stats)):
-                if not len(unit):
-                    continue
-                cursor.at(unit.topic, unit.partition, unit.offsets[0], unit.offsets[-1])
-                arrival = unit.arrival_ms()
-                async with ctx.arbiter.turn(name, arrival_s(arrival), len(unit)):
-                    with ctx.unit(name, unit.partition):
-                        ingest_unit(unit, arrival)
-                    ctx.done(name, unit.partition, unit.topic, unit.offsets[-1] + 1)
+        async for first in blocks:
+            # the blocks already waiting come along: one turn for several, not a loop cycle each
+            waiting = take_waiting(blocks, WAITING_BLOCKS)
+            limit = ctx.turn_tuples(stats)
+            todo = [u for b in (first, *(e.value for e in waiting)) for u in units_of(b, limit)]
+            for turn in tuple_runs(todo, limit):
+                arrivals = [a for a in (u.arrival_ms() for u in turn) if a is not None]
+                arrival = min(arrivals) if arrivals else None
+                async with ctx.arbiter.turn(name, arrival_s(arrival), sum(map(len, turn))):
+                    for unit in turn:
+                        cursor.at(unit.topic, unit.partition, unit.offsets[0], unit.offsets[-1])
+                        with ctx.unit(name, unit.partition):
+                            ingest_unit(unit, unit.arrival_ms())
+                        ctx.done(name, unit.partition, unit.topic, unit.offsets[-1] + 1)
+            ack_taken(waiting)
 
     ctx.app.agent(source, name=name)(guard_agent(name, ingest))
     ctx.register(name, [source_topic])

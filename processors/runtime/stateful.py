@@ -25,6 +25,7 @@ from processors.core.batch import Batch, coalesce
 from processors.physical.chain import StageChain
 from processors.physical.joined import JoinedChain
 from processors.runtime.context import (
+    WAITING_BLOCKS,
     AgentContext,
     Cursor,
     Written,
@@ -34,7 +35,7 @@ from processors.runtime.context import (
     guard_agent,
 )
 from processors.runtime.exactly_once import ExactlyOnce
-from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.faust_bulk import RecordBlock, ack_taken, take_waiting
 from processors.runtime.layouts import Layout, layout_of, mismatch
 from processors.runtime.partitions import Held, PartitionUnits
 from processors.runtime.results import ResultWriter
@@ -43,6 +44,13 @@ from processors.runtime.stats import AgentStats
 from topics.envelope import decode_batch, encode_envelopes
 
 log = logging.getLogger(__name__)
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    """The earlier of two arrival times (None: unknown)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def add_stateful_agent(
@@ -97,13 +105,12 @@ def add_stateful_agent(
     def stage_dead_letters(part: Held, block: RecordBlock) -> None:
         batches_dead(block, part.unit.take_dead_letters())
 
-    def push_some(
+    def feed_some(
         part: Held, block: RecordBlock, start: int, start_at: int, limit: int, cursor: Cursor
-    ) -> int:
-        """Push envelopes from ``start`` on until a turn's worth (``limit``) of tuples; returns
-        where it stopped. Counts what it did in the agent's statistics. Envelopes are not cut:
-        a window or join state changes a whole envelope at a time."""
-        started = time.perf_counter_ns()
+    ) -> tuple[int, int, int]:
+        """Feed envelopes from ``start`` on to the partition's chain until ``limit`` tuples;
+        returns where it stopped, the tuples and the bytes fed. Envelopes are not cut: a window
+        or join state changes a whole envelope at a time."""
         stream = in_topics[block.topic]
         n_in = nbytes = 0
         index = start
@@ -142,39 +149,79 @@ def add_stateful_agent(
             except Exception as exc:  # a bug: the state may be half changed
                 fatal(name, exc)
             n_in += len(batch)
-        # one envelope per run of outputs and one progress mark per turn, not per input
-        # envelope: the next step's per-envelope cost is paid once (docs/benchmarks.md)
-        outputs = coalesce([o for o in part.unit.drain() if len(o)])
-        n_out, written = emit(outputs, block, block.arrival_ms(start, index))
         part.positions[block.topic] = block.offsets[index - 1] + 1
         part.dirty = True
-        elapsed = time.perf_counter_ns() - started
-        stats.record(n_in, n_out, elapsed, index - start, nbytes, written)
         stats.positions[block.partition] = block.offsets[index - 1] + 1
         stats.topic_positions[(block.topic, block.partition)] = block.offsets[index - 1] + 1
-        return index
+        return index, n_in, nbytes
 
-    async def run(blocks: Any, cursor: Cursor) -> None:
-        async for block in blocks:
-            if not isinstance(block, RecordBlock):
-                fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
-            if block.offsets:
+    def drain(part: Held, block: RecordBlock, arrival_ms: int | None) -> Written:
+        """What the partition's fed envelopes make its chain output, written: one envelope per
+        run of outputs and one progress mark per turn, not per input envelope, so the next
+        step's per-envelope cost (a join's per-call cost) is paid once (docs/benchmarks.md)."""
+        outputs = coalesce([o for o in part.unit.drain() if len(o)])
+        written = emit(outputs, block, arrival_ms)
+        stage_dead_letters(part, block)
+        return written
+
+    async def push_blocks(todo: list[RecordBlock], cursor: Cursor) -> None:
+        """The blocks in turns of up to a turn's worth of tuples; in each turn every block's
+        envelopes are fed first and each partition's chain drained once after them."""
+        # each block's unit is taken before waiting for a turn: a partition revoked meanwhile
+        # is left to its new owner, who restores its state and redoes the rest
+        work = []
+        for block in todo:
+            if block.offsets:  # a unit that cannot be made or restored names its input
                 cursor.at(block.topic, block.partition, block.offsets[0], block.offsets[-1])
             part = units.get(block.partition)
-            start_at = part.restored_from.get(block.topic, 0)
-            estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
-            index = 0
-            while index < len(block):
-                arrival = block.arrival_ms(index, index + 1)
-                limit = ctx.turn_tuples(stats)
-                queued = min(estimate * (len(block) - index), limit)
-                async with ctx.arbiter.turn(name, arrival_s(arrival), queued):
+            work.append([block, part, part.restored_from.get(block.topic, 0), 0])
+        estimate = max(stats.tuples_in // max(stats.messages_in, 1), 1)
+        at = 0
+        while at < len(work):
+            limit = ctx.turn_tuples(stats)
+            block, _, _, index = work[at]
+            left = sum(len(w[0]) - w[3] for w in work[at:])
+            arrival = block.arrival_ms(index, index + 1)
+            async with ctx.arbiter.turn(name, arrival_s(arrival), min(estimate * left, limit)):
+                started = time.perf_counter_ns()
+                fed: dict[int, tuple[Held, RecordBlock, int | None]] = {}
+                n_in = nbytes = messages = 0
+                while at < len(work) and n_in < limit:
+                    block, part, start_at, index = work[at]
                     if units.held.get(block.partition) is not part:
-                        break  # revoked while waiting: its new owner redoes the rest
+                        at += 1  # revoked while waiting
+                        continue
                     with ctx.unit(name, block.partition):
-                        index = push_some(part, block, index, start_at, limit, cursor)
-            with ctx.unit(name, block.partition):
-                stage_dead_letters(part, block)
+                        stop, tuples, size = feed_some(
+                            part, block, index, start_at, limit - n_in, cursor
+                        )
+                    n_in, nbytes, messages = n_in + tuples, nbytes + size, messages + stop - index
+                    oldest = block.arrival_ms(index, stop)
+                    if block.partition in fed:
+                        oldest = _earliest(fed[block.partition][2], oldest)
+                    fed[block.partition] = (part, block, oldest)
+                    work[at][3] = stop
+                    if stop >= len(block):
+                        at += 1
+                n_out = written = 0
+                for partition, (part, last, arrival_ms) in fed.items():
+                    with ctx.unit(name, partition):
+                        outs, nbytes_out = drain(part, last, arrival_ms)
+                    n_out, written = n_out + outs, written + nbytes_out
+                elapsed = time.perf_counter_ns() - started
+                stats.record(n_in, n_out, elapsed, messages, nbytes, written)
+
+    async def run(blocks: Any, cursor: Cursor) -> None:
+        async for first in blocks:
+            # the blocks already waiting come along: one turn for several, not a loop cycle
+            # each, and the join drains once for all of them
+            waiting = take_waiting(blocks, WAITING_BLOCKS)
+            todo = [first, *(e.value for e in waiting)]
+            for block in todo:
+                if not isinstance(block, RecordBlock):
+                    fatal(name, TypeError(f"got {type(block).__name__}, not a RecordBlock"))
+            await push_blocks(todo, cursor)
+            ack_taken(waiting)
             if ctx.memory is not None:
                 ctx.memory.check()
 

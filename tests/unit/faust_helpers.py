@@ -15,8 +15,8 @@ import pytest
 __all__ = [
     "BULK_TOPIC", "OTHER_TOPIC", "TESTED_FAUST", "BulkApp", "BulkConsumer", "BulkTransport",
     "ConsumerMessage", "ConsumerRecord", "ConsumerStoppedError", "RecordBlock", "TP",
-    "faust_aiokafka", "faust_base", "faust_consumer", "get_codec", "make_consumer", "no_op",
-    "record", "relied_on", "run",
+    "ack_taken", "faust_aiokafka", "faust_base", "faust_consumer", "get_codec", "make_consumer",
+    "no_op", "record", "relied_on", "run", "take_waiting",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -44,7 +44,14 @@ try:  # a missing module or name must fail loudly, not as a bare collection Impo
     from faust.types import TP
     from faust.types.tuples import ConsumerMessage
 
-    from processors.runtime.faust_bulk import BulkApp, BulkConsumer, BulkTransport, RecordBlock
+    from processors.runtime.faust_bulk import (
+        BulkApp,
+        BulkConsumer,
+        BulkTransport,
+        RecordBlock,
+        ack_taken,
+        take_waiting,
+    )
 except ImportError as exc:
     pytest.fail(relied_on(f"import ({exc})", "failed"), pytrace=False)
 

@@ -13,6 +13,7 @@ import pytest
 from processors.core.scheduling.plan import SchedulingPlan
 from processors.core.scheduling.policies import make_policy
 from processors.runtime.arbiter import MAX_DEFERRALS, Arbiter
+from processors.runtime.context import tuple_runs
 
 
 def _plan() -> SchedulingPlan:
@@ -178,3 +179,12 @@ def test_snapshot_reports_decision_costs_and_waits() -> None:
     assert snap["decision_ns_max"] >= snap["decision_ns_avg"]
     assert set(snap["agents"]) == {"a", "b"}
     assert snap["agents"]["a"]["grants"] == 2
+
+
+def test_tuple_runs_groups_blocks_into_turns_in_order() -> None:
+    """Several delivered blocks share a turn up to its tuples; a larger one is a turn alone."""
+    sizes = [3, 3, 5, 20, 1, 2, 8]
+    runs = tuple_runs([list(range(n)) for n in sizes], 8)
+    assert [[len(item) for item in run] for run in runs] == [[3, 3], [5], [20], [1, 2], [8]]
+    assert [len(i) for run in runs for i in run] == sizes  # nothing lost, order kept
+    assert tuple_runs([], 8) == []

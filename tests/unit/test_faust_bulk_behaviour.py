@@ -17,12 +17,14 @@ from faust_helpers import (
     TP,
     ConsumerMessage,
     RecordBlock,
+    ack_taken,
     faust_aiokafka,
     faust_consumer,
     make_consumer,
     record,
     relied_on,
     run,
+    take_waiting,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -293,5 +295,53 @@ def test_new_offset_equals_faust_stock_on_blocks_and_gaps(
                         consumer._acked[tp].append(last)
                         consumer._acked_index[tp].add(last)
             layout = [(f, la, True) for f, la, _ in layout]
+
+    run(body())
+
+
+def test_waiting_events_are_taken_tracked_and_acked_as_the_stream_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """take_waiting takes what waits in an agent stream's buffer (stale generations acked and
+    dropped), tracks each as pending; ack_taken acks them so the block commits; the agent's
+    next event is still the one after them."""
+    from faust.events import Event
+
+    async def body() -> None:
+        app, _ = make_consumer()
+        c = app.consumer  # what the stream and the events ack through
+        monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: topic == BULK_TOPIC)
+        topic = app.topic(BULK_TOPIC, value_serializer="raw", key_serializer="raw")
+
+        @app.agent(topic, name="waiting")
+        async def agent(stream: Any) -> None:  # never started
+            async for _ in stream:
+                pass
+
+        stream = agent.stream()
+        app.flow_control.resume()  # as in a running worker between rebalances
+        app.consumer_generation_id = 3
+        tp = TP(BULK_TOPIC, 0)
+        c._committed_offset[tp] = 0
+
+        def event(offset: int, generation: int = 3) -> Event:
+            block = RecordBlock(BULK_TOPIC, 0, [offset], [1], [None], [b"v"])
+            msg = ConsumerMessage(BULK_TOPIC, 0, offset, 1.0, 0, (), None, block, None, 0, 1,
+                                  tp, generation_id=generation)  # fmt: skip
+            return Event(app, None, block, {}, msg)
+
+        events = [event(0), event(1, generation=2), event(2), event(3)]
+        for e in events:
+            stream.channel.queue.put_nowait(e)
+        taken = take_waiting(stream, 2)
+        assert [e.message.offset for e in taken] == [0, 2]  # offset 1 was of generation 2
+        assert events[1].message.acked and not events[0].message.acked
+        assert all(e.message.tracked and e.message in c._unacked_messages for e in taken)
+        assert stream.channel.queue.qsize() == 1  # offset 3 stays for the stream itself
+        ack_taken(taken)
+        assert all(e.message.acked and e.message not in c._unacked_messages for e in taken)
+        assert sorted(c._acked[tp]) == [0, 1, 2]
+        assert c._new_offset(tp) == 3
+        assert take_waiting(object(), 5) == []  # not a Faust stream: nothing waits
 
     run(body())

@@ -384,3 +384,18 @@ def test_held_back_partitions_are_paused_and_still_delivered() -> None:
         assert c.held_back == set() and tp in c._get_active_partitions()
 
     run(check())
+
+
+def test_stream_iteration_still_tracks_and_acks_as_take_waiting_does() -> None:
+    """take_waiting/ack_taken mirror what Faust's stream iterator does per event: skip events
+    of an old generation or a stopped flow, mark acking topics' messages tracked and pending
+    (Consumer.track_message), and ack through Event.ack, then on_message_out."""
+    source = inspect.getsource(faust.Stream._py_aiter)
+    for needle in ("chan_queue", "generation_id != self.app.consumer_generation_id",
+                   "flow_control.is_active()", "message.tracked = True", "add_unacked(message)",
+                   "event.ack()", "on_message_out("):  # fmt: skip
+        assert needle in source, relied_on("Stream._py_aiter", f"no longer has {needle!r}")
+    for name in ("track_message", "ack"):
+        assert callable(getattr(faust_base.Consumer, name, None)), relied_on(
+            f"Consumer.{name}", "is gone"
+        )
