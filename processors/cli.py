@@ -316,6 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="latency: offered records/s (default: half the measured capacity)",
     )
+    bench.add_argument(
+        "--spread",
+        action="store_true",
+        help="latency: every tick on every input partition, as keyed producers write "
+        "(default: unkeyed, one partition a tick)",
+    )
     bench.add_argument("--json", default=None, help="write the results to this JSON file")
     bench.set_defaults(func=_bench)
 

@@ -37,6 +37,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             seconds=getattr(args, "seconds", 10.0),
             only=getattr(args, "only", None),
             rate=getattr(args, "rate", None),
+            spread=getattr(args, "spread", False),
         )
     if args.what == "codec":
         from processors.bench.codec import measure_codec

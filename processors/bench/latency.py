@@ -82,13 +82,14 @@ class _Publisher:
     so that a key recurs about once per window per stream at the offered rate (each arrival
     then matches about one tuple of each other stream, as in a key-to-key join).
 
-    Each call spreads its records over every partition of each topic, as producers keyed by
-    the stream's key do. Unkeyed, librdkafka's sticky partitioner put each 10 ms tick on one
-    random partition, and every event-time merge then waited for the partitions that had had
-    no record for a while: 0.5-1 s of the join's latency even at a sixth of its capacity
-    (docs/benchmarks.md, "Where the join's second went")."""
+    Unkeyed, as by default, librdkafka's sticky partitioner puts each call's records (a 10 ms
+    tick) on one partition of each topic, and an event-time merge waits for the partitions
+    that had none for a while; with ``spread``, every call spreads its records over every
+    partition, as producers keyed by the stream's key do (docs/benchmarks.md, "Where the
+    join's second went")."""
 
-    def __init__(self, bootstrap: str, prefix: str, streams: str) -> None:
+    def __init__(self, bootstrap: str, prefix: str, streams: str, spread: bool = False) -> None:
+        self.spread = spread
         self.topics = [f"{prefix}.{s}" for s in streams]
         self.codec = RecordCodec(load_schema("reading"))
         self.producer = RecordProducer(bootstrap)
@@ -101,10 +102,11 @@ class _Publisher:
             batch.columns["ts"] = ts
         batch.columns["sensor_id"] = np.random.default_rng(self.sent).integers(0, self.keys, n)
         k = len(self.topics)
+        spread = range(PARTITIONS) if self.spread else [None]
         for i, topic in enumerate(self.topics):  # every k-th row to each stream: same times
             rows = np.arange(i, n, k)
-            for partition in range(PARTITIONS):  # every partition, every call (see the class)
-                part = batch.take(rows[partition::PARTITIONS])
+            for partition in spread:  # with spread: every partition, every call
+                part = batch.take(rows if partition is None else rows[partition::PARTITIONS])
                 if len(part):
                     buf, offsets = self.codec.encode_many(part.columns, len(part))
                     self.producer.produce_many(topic, buf, offsets, partition=partition)
@@ -196,7 +198,13 @@ def _pace(publisher: _Publisher, rate: float, seconds: float) -> tuple[float, fl
 
 
 def run_one(
-    bootstrap: str, state: Path, kind: str, backlog: int, seconds: float, rate: float | None = None
+    bootstrap: str,
+    state: Path,
+    kind: str,
+    backlog: int,
+    seconds: float,
+    rate: float | None = None,
+    spread: bool = False,
 ) -> dict:
     run = f"lat-{kind}-{time.strftime('%H%M%S')}"
     prefix, result = run, f"{run}.out"
@@ -206,7 +214,7 @@ def run_one(
     scope: dict[str, Any] = {}
     exec(text, scope)  # noqa: S102 (the bench's own query text)
     schema = scope["query"].build().output_schema
-    publisher = _Publisher(bootstrap, prefix, streams)
+    publisher = _Publisher(bootstrap, prefix, streams, spread)
     query_file = state / f"{run}.py"
     query_file.write_text(text)
     worker = WorkerProcess(
@@ -277,9 +285,10 @@ def run_latency_bench(
     seconds: float = 10.0,
     only: str | None = None,
     rate: float | None = None,
+    spread: bool = False,
 ) -> dict[str, Any]:
     """Every query of QUERIES (or ``only`` one), offered ``rate`` records/s (default: half the
-    measured capacity) for ``seconds``."""
+    measured capacity) for ``seconds``; ``spread``: every tick on every input partition."""
     if only is not None and only not in QUERIES:
         raise ValueError(f"--only: one of {sorted(QUERIES)}, not {only!r}")
     settings = load_settings()
@@ -290,10 +299,11 @@ def run_latency_bench(
     results: dict[str, Any] = {}
     kinds = [only] if only else list(QUERIES)
     for kind in kinds:
-        figures = run_one(bootstrap, state, kind, backlog, seconds, rate)
+        figures = run_one(bootstrap, state, kind, backlog, seconds, rate, spread)
         results[kind] = figures
         for key in ("p50_ms", "p99_ms", "max_ms"):
             results[f"{kind}_{key}"] = figures[key]
         results[f"{kind}_longest_gap_ms"] = figures["longest_gap_ms"]
+    results["spread"] = spread
     results["longest_gap_ms"] = max(results[f"{k}_longest_gap_ms"] for k in kinds)
     return results
