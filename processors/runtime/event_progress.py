@@ -121,6 +121,26 @@ class EventProgress:
         self.watermarks += len(out)
         return out
 
+    def revive(self, pending: Callable[[int], bool], now_s: float) -> list[tuple[int, Batch]]:
+        """Watermarks (not idle) to every partition for each input partition marked idle that
+        has records waiting again (``pending``), before any of this agent's data goes out: a
+        merge that still took it for idle would release the other partitions' tuples past
+        its records, which then arrive late. Its records themselves may wait behind other
+        partitions' in the consumer (an idle stream's records were published first, and came
+        after another partition's in one turn)."""
+        out: list[tuple[int, Batch]] = []
+        for source, state in self.sources.items():
+            if state.idle_sent_s is None or not pending(source):
+                continue
+            state.idle_sent_s = None
+            state.since_s = now_s
+            at = self.wall_ms()
+            for q in range(self.partitions):
+                state.told[q], state.told_at[q] = state.high, now_s
+                out.append((q, marker(source, state.high, at=at)))
+        self.watermarks += len(out)
+        return out
+
     def tick(
         self, held: Iterable[int], caught_up: Callable[[int], bool], now_s: float
     ) -> list[tuple[int, Batch]]:

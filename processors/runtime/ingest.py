@@ -221,12 +221,22 @@ def add_ingest_agent(
             stats.positions[block.partition] = moved
         return [unit for unit in block.split(limit) if len(unit)]
 
+    def revive(now: float) -> None:
+        def pending(partition: int) -> bool:
+            return not _caught_up(ctx, name, source_topic, stats, partition)
+
+        for target, mark in progress.revive(pending, now):  # type: ignore[union-attr]
+            with ctx.unit(name, int(mark.meta[SOURCE])):
+                send(mark, target, None)
+
     async def ingest(blocks: Any, cursor: Cursor) -> None:
         async for first in blocks:
             # the blocks already waiting come along: one turn for several, not a loop cycle each
             waiting = take_waiting(blocks, WAITING_BLOCKS)
             limit = ctx.turn_tuples(stats)
             todo = [u for b in (first, *(e.value for e in waiting)) for u in units_of(b, limit)]
+            if progress is not None:  # partitions marked idle that have records again
+                revive(time.monotonic())
             for turn in tuple_runs(todo, limit):
                 arrivals = [a for a in (u.arrival_ms() for u in turn) if a is not None]
                 arrival = min(arrivals) if arrivals else None
@@ -243,6 +253,23 @@ def add_ingest_agent(
     if progress is not None:
         _progress_timer(ctx, name, source_topic, stats, progress, send)
     return stats
+
+
+def _caught_up(
+    ctx: AgentContext, name: str, source_topic: str, stats: AgentStats, partition: int
+) -> bool:
+    """Whether the agent has read input ``partition`` to its end (by fetch high watermarks)."""
+    try:
+        high = ctx.app.consumer.highwater(TP(source_topic, partition))
+    except Exception:  # revoked meanwhile
+        return False
+    at = stats.positions.get(partition)
+    if at is None:  # nothing read since the assignment: where reading starts
+        committed = ctx.app.consumer.committed_position(TP(source_topic, partition))
+        at = max(committed or 0, ctx.floor(name, source_topic, partition))
+    if high is None:  # no fetch answer yet: the partition may hold a backlog (a busy
+        return False  # worker's first fetch can take seconds); every answer sets it
+    return high <= at or high == 0
 
 
 def _progress_timer(
@@ -263,17 +290,7 @@ def _progress_timer(
             return []
 
     def caught_up(partition: int) -> bool:
-        try:
-            high = ctx.app.consumer.highwater(TP(source_topic, partition))
-        except Exception:  # revoked meanwhile
-            return False
-        at = stats.positions.get(partition)
-        if at is None:  # nothing read since the assignment: where reading starts
-            committed = ctx.app.consumer.committed_position(TP(source_topic, partition))
-            at = max(committed or 0, ctx.floor(name, source_topic, partition))
-        if high is None:  # no fetch answer yet: the partition may hold a backlog (a busy
-            return False  # worker's first fetch can take seconds); every answer sets it
-        return high <= at or high == 0
+        return _caught_up(ctx, name, source_topic, stats, partition)
 
     @ctx.app.timer(PROGRESS_INTERVAL_S)
     async def send_progress() -> None:

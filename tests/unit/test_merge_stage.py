@@ -242,3 +242,30 @@ def test_an_idle_mark_judged_soon_after_a_comeback_is_stale() -> None:
     assert stage.stats()["stale_idle_marks"] == 1
     (out,) = stage.process(marker(0, 10, idle=True, at=6_000))  # an idle timeout later: idle
     assert out.columns["id"].tolist() == [0]
+
+
+def test_an_idle_partition_with_records_again_is_revived_before_other_data_goes_out() -> None:
+    """The memory test's failure: both partitions of a stream were idle before its records
+    were published; ingest then ran partition 0's waiting blocks first, the merge (partition 1
+    still idle) released them far ahead, and partition 1's records came late. Ingest now
+    revives an idle partition that has records waiting before it sends anything else."""
+    progress = EventProgress(partitions=2, idle_timeout_ms=1_000)
+    stage = MergeStage(2)
+    for source in (0, 1):  # both read to their (empty) end and quiet: idle
+        progress.saw(source, 0, now_s=0.0)
+    for _, mark in progress.tick([0, 1], lambda p: True, now_s=2.0):
+        stage.process(mark)
+    revived = progress.revive(lambda p: p == 1, now_s=3.0)  # partition 1 has records again
+    assert sorted(q for q, _ in revived) == [0, 1]
+    assert all(IDLE not in m.meta and m.meta[SOURCE] == "1" for _, m in revived)
+    assert progress.revive(lambda p: p == 1, now_s=3.1) == []  # revived once, not idle now
+    for q, mark in revived:
+        if q == 0:
+            stage.process(mark)
+    progress.saw(0, 500, now_s=3.0)
+    out = stage.process(tag(source_batch([100, 500], [0, 1]), 0, 500))
+    assert out == []  # partition 1 is waited for again
+    (released,) = stage.process(tag(source_batch([50, 600], [2, 3]), 1, 600))
+    assert released.ts.tolist() == [50, 100] and stage.stats().get("late", 0) == 0
+    later = progress.tick([0, 1], lambda p: True, now_s=3.5)
+    assert not any(IDLE in m.meta for _, m in later)  # not idle again at once
