@@ -28,6 +28,19 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
 
+class _Fed:
+    """A run of one stream's deltas fed since the last drain, and that stream's event-time
+    news as of the run's end (taken when the run is closed)."""
+
+    __slots__ = ("stream", "deltas", "news", "closed")
+
+    def __init__(self, stream: str, deltas: list[Batch]) -> None:
+        self.stream = stream
+        self.deltas = deltas
+        self.news: Batch | None = None
+        self.closed = False
+
+
 class JoinedChain:
     """``inputs`` (stream -> its chain) in front of ``join`` (the MJoin's chain); the
     :class:`StageChain` protocol, so agents and runners treat it as any step's chain."""
@@ -37,7 +50,7 @@ class JoinedChain:
         self.inputs = dict(inputs)
         self.join = join
         self.stream = join.stream
-        self._fed: list[tuple[str, list[Batch]]] = []  # (stream, deltas) not yet drained
+        self._fed: list[_Fed] = []  # runs of one stream's deltas, not yet drained
         self._refused: list[tuple[Batch, str]] = []  # deltas the join refused, with why
 
     @property
@@ -55,10 +68,11 @@ class JoinedChain:
         """A batch of ``stream`` through its chain only; what came out waits for
         :meth:`drain`. A batch the stream's chain refuses (``ValueError``) leaves no trace."""
         deltas = [d for d in self.inputs[stream].push(stream, batch) if len(d)]
-        if self._fed and self._fed[-1][0] == stream:
-            self._fed[-1][1].extend(deltas)
-        else:
-            self._fed.append((stream, deltas))
+        if self._fed and self._fed[-1].stream == stream:
+            self._fed[-1].deltas.extend(deltas)
+            return
+        self._close_last()  # its stream's event-time news is what it is now, before others
+        self._fed.append(_Fed(stream, deltas))
 
     def drain(self) -> list[Batch]:
         """What the fed batches make the join output: each stream's deltas since the last
@@ -66,19 +80,29 @@ class JoinedChain:
         turn's envelopes and drains once, so the MJoin's per-call cost is paid once a turn.
         Deltas the join refuses as data (``ValueError``, its state unchanged) are kept for
         :meth:`take_dead_letters` with the reason; the others go on."""
+        self._close_last()
         fed, self._fed = self._fed, []
         out: list[Batch] = []
-        for stream, deltas in fed:
-            deltas = coalesce(deltas)
-            news = self.inputs[stream].progress_news(deltas)
-            for delta in deltas:
+        for entry in fed:
+            for delta in entry.deltas:
                 try:
-                    out += self.join.push(stream, delta)
+                    out += self.join.push(entry.stream, delta)
                 except ValueError as exc:
                     self._refused.append((delta, f"{self.step}: {exc}"))
-            if news is not None:
-                out += self.join.push(stream, news)
+            if entry.news is not None:
+                out += self.join.push(entry.stream, entry.news)
         return out
+
+    def _close_last(self) -> None:
+        """The last run of one stream's deltas is complete: coalesce it and take the stream's
+        event-time news now. Taken at the drain instead, after a later run of the same stream
+        was fed (a turn of several blocks), the news would run ahead of that run's deltas,
+        which the MJoin would then refuse as late."""
+        if self._fed and not self._fed[-1].closed:
+            last = self._fed[-1]
+            last.deltas = coalesce(last.deltas)
+            last.news = self.inputs[last.stream].progress_news(last.deltas)
+            last.closed = True
 
     def flush(self) -> list[Batch]:
         """End of input: each stream's held-back deltas through the join, then the join's."""
