@@ -241,6 +241,12 @@ def tuple_runs(items: list[T], limit: int) -> list[list[T]]:
     return runs
 
 
+def earliest(*arrivals_ms: int | None) -> int | None:
+    """The earliest of several arrival times in ms (None: none is known)."""
+    known = [a for a in arrivals_ms if a is not None]
+    return min(known) if known else None
+
+
 def arrival_s(arrival_ms: int | float | None) -> float:
     """An arrival time in seconds for the arbiter: never in the future, now when unknown."""
     now = time.time()

@@ -28,6 +28,7 @@ from processors.runtime.context import (
     Cursor,
     arrival_s,
     block_dead_letter,
+    earliest,
     fatal,
     guard_agent,
     tuple_runs,
@@ -238,8 +239,7 @@ def add_ingest_agent(
             if progress is not None:  # partitions marked idle that have records again
                 revive(time.monotonic())
             for turn in tuple_runs(todo, limit):
-                arrivals = [a for a in (u.arrival_ms() for u in turn) if a is not None]
-                arrival = min(arrivals) if arrivals else None
+                arrival = earliest(*(u.arrival_ms() for u in turn))
                 async with ctx.arbiter.turn(name, arrival_s(arrival), sum(map(len, turn))):
                     for unit in turn:
                         cursor.at(unit.topic, unit.partition, unit.offsets[0], unit.offsets[-1])

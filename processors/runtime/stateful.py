@@ -31,6 +31,7 @@ from processors.runtime.context import (
     Written,
     arrival_s,
     block_dead_letter,
+    earliest,
     fatal,
     guard_agent,
 )
@@ -44,13 +45,6 @@ from processors.runtime.stats import AgentStats
 from topics.envelope import decode_batch, encode_envelopes
 
 log = logging.getLogger(__name__)
-
-
-def _earliest(a: int | None, b: int | None) -> int | None:
-    """The earlier of two arrival times (None: unknown)."""
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
 
 
 def add_stateful_agent(
@@ -198,7 +192,7 @@ def add_stateful_agent(
                     n_in, nbytes, messages = n_in + tuples, nbytes + size, messages + stop - index
                     oldest = block.arrival_ms(index, stop)
                     if block.partition in fed:
-                        oldest = _earliest(fed[block.partition][2], oldest)
+                        oldest = earliest(fed[block.partition][2], oldest)
                     fed[block.partition] = (part, block, oldest)
                     work[at][3] = stop
                     if stop >= len(block):
