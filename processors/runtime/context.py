@@ -33,6 +33,7 @@ from topics.envelope import encode_envelopes
 if TYPE_CHECKING:
     from processors.runtime.backpressure import MemoryLimit
     from processors.runtime.exactly_once import ExactlyOnce
+    from processors.runtime.restore import Restorer
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ class AgentContext:
     eo: ExactlyOnce | None = None
     #: the query's memory limit, kept by pausing inputs that run ahead (stateful plans)
     memory: MemoryLimit | None = None
+    #: restores stateful units off the event loop when their partitions are assigned
+    restorer: Restorer | None = None
 
     def unit(self, agent: str, partition: int) -> AbstractContextManager[None]:
         """Around the synchronous code that processes ``agent``'s input of ``partition``: in

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from faust.types import TP
 
 from processors.core.batch import VarColumn
 from processors.core.state_codec import SnapshotError
@@ -40,6 +41,7 @@ from processors.runtime.context import EXIT_BAD_STATE, fatal, stop_worker
 from processors.runtime.kafka_security import KafkaSecurity
 from processors.runtime.outbox import Outbox, resolve_partitions
 from processors.runtime.producer import SIGN_HEADER, RecordProducer
+from processors.runtime.restore import Restorer, Wanted
 from processors.runtime.state import StateRestoreError, StateSnapshots, StoredSnapshot
 from processors.runtime.tail_tags import TAG_HEADER, count_written, tag
 from topics.admin import partition_counts
@@ -313,26 +315,27 @@ class ExactlyOnce:
                         kept.pop(unit, None)
             self.committed.pop((tp.topic, tp.partition), None)
 
-    def connect(self, app: Any) -> None:
-        """Restore units when their partitions are assigned; commit, then forget, revoked ones.
-        Connect before the agents' own receivers, so that one pass restores every unit."""
+    def wanted(self, assigned: set[TP]) -> list[Wanted]:
+        """The units of ``assigned`` not restored yet (the restorer reads them in one pass)."""
+        return sorted(
+            {
+                Wanted(name, tp.partition, agent.in_topics)
+                for tp in assigned
+                for name, agent in self.agents.items()
+                if tp.topic in agent.in_topics and (name, tp.partition) not in self._restored
+            },
+            key=lambda u: (u.agent, u.partition),
+        )
 
-        async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
-            units = sorted(
-                {
-                    (name, tp.partition)
-                    for tp in assigned
-                    for name, agent in self.agents.items()
-                    if tp.topic in agent.in_topics
-                }
-                - set(self._restored)
-            )
-            # one pass over the state topic for all of them, on the event loop: an await here
-            # lets Faust's recovery seek and resume the partitions before they are restored,
-            # and the rebalance fault test then lost input (docs/reliability.md)
-            self.snapshots.prefetch(units)
-            for name, partition in units:
-                self.load(name, partition)
+    def install(self, units: list[Wanted]) -> None:
+        for u in units:
+            self.load(u.agent, u.partition)
+
+    def connect(self, app: Any, restorer: Restorer) -> None:
+        """Restore units (through ``restorer``) when their partitions are assigned; commit,
+        then forget, revoked ones. Add to the restorer before the agents do, so that a unit
+        of a stateful agent finds its record (and sent outbox) here when it is made."""
+        restorer.add(self)
 
         async def on_revoked(sender: Any, revoked: Any, **_: Any) -> None:
             await self.commit()
@@ -345,10 +348,9 @@ class ExactlyOnce:
             # none until this commit stores them
             await self.commit()
 
-        app.on_partitions_assigned.connect(on_assigned)
         app.on_partitions_revoked.connect(on_revoked)
         app.commit_cap = self.cap
-        self._receivers = (on_assigned, on_revoked, commit_epochs)
+        self._receivers = (on_revoked, commit_epochs)
 
     def stats(self) -> dict[str, int]:
         return {"epochs": self.epochs, "resent": self.resent, "found_sent": self.found_sent}

@@ -23,7 +23,9 @@ consumer's gap tracker, so acking the block's event commits the whole run.
   ``Consumer.track_message``, ``Event.ack``, ``App.flow_control``, ``App.sensors``, as Faust's
   stream iterator uses them (:func:`take_waiting`);
 - ``Consumer.pause_partitions``/``resume_partitions``/``_buffered_partitions``
-  (backpressure, :meth:`BulkConsumer.hold_back`);
+  (backpressure, :meth:`BulkConsumer.hold_back`; a restore, :meth:`BulkConsumer.hold_for_restore`,
+  with ``resume_partitions`` wrapped because Faust's recovery calls it for the whole assignment
+  at the end of every rebalance);
 - ``Consumer._new_consumer_thread`` and ``AIOKafkaConsumerThread._create_worker_consumer``
   (wrapped), and aiokafka's ``AIOKafkaConsumer._fetch_max_wait_ms``: Faust hard-codes a 1.5 s
   fetch wait, and a fetch for partitions without data then holds back every partition of the
@@ -279,9 +281,12 @@ class BulkConsumer(faust_aiokafka.Consumer):
         for tp, batch in records.items():
             if self._interrupted(generation_id):
                 return  # rebalance: the rest is fetched again from committed offsets
-            # a partition held back after its records were fetched gets them all the same
+            # a partition held back after its records were fetched gets them all the same (a
+            # unit whose restore is still running then restores itself, on the event loop)
             inactive = active is not None and tp not in active
-            if inactive and tp not in self._buffered_partitions and tp not in self.held_back:
+            if inactive and not (
+                tp in self._buffered_partitions or tp in self.held_back or tp in self.restoring
+            ):
                 continue
             self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
             if tp.topic in self.bulk_topics:
@@ -300,6 +305,31 @@ class BulkConsumer(faust_aiokafka.Consumer):
         tpset = set(tps) & self.held_back
         self.held_back.difference_update(tpset)
         self.resume_partitions(tpset & set(self.assignment()))
+
+    @property
+    def restoring(self) -> dict[TP, int]:
+        """Partitions held back while their units' state is restored, by restore pass."""
+        if "_restoring" not in self.__dict__:
+            self.__dict__["_restoring"] = {}
+        return self.__dict__["_restoring"]
+
+    def hold_for_restore(self, tps: Iterable[TP], restore_pass: int) -> None:
+        """Stop fetching ``tps`` until ``restore_pass`` calls :meth:`restore_ended`: not even
+        Faust's resumption at the end of a rebalance lets them go (:meth:`resume_partitions`)."""
+        tpset = set(tps)
+        self.restoring.update(dict.fromkeys(tpset, restore_pass))
+        self.pause_partitions(tpset)
+
+    def restore_ended(self, tps: Iterable[TP], restore_pass: int) -> None:
+        """Let go of the partitions ``restore_pass`` held (not those a later pass holds again,
+        nor those backpressure holds back); revoked ones stay paused for their next owner."""
+        mine = {tp for tp in tps if self.restoring.get(tp) == restore_pass}
+        for tp in mine:
+            del self.restoring[tp]
+        self.resume_partitions((mine - self.held_back) & set(self.assignment()))
+
+    def resume_partitions(self, tps: Iterable[TP]) -> None:  # wraps Consumer.resume_partitions
+        super().resume_partitions(set(tps) - set(self.restoring))
 
     def _interrupted(self, generation_id: int) -> bool:
         """A rebalance began: stop delivering (what was not delivered is fetched again)."""

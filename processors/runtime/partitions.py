@@ -1,8 +1,9 @@
 """What an agent keeps per partition, in one place for every kind of stage agent.
 
 A stage agent runs one *unit* per partition it holds: a stage (stateless steps) or a chain of
-stages (stateful steps). :class:`PartitionUnits` makes a unit on the partition's first batch
-(restoring a stateful one from its latest snapshot), drops units of partitions the worker no
+stages (stateful steps). :class:`PartitionUnits` makes a unit when its partition is assigned
+(a stateful one restored from its latest snapshot by :mod:`processors.runtime.restore`) or on
+the partition's first batch, drops units of partitions the worker no
 longer holds after a rebalance, snapshots changed stateful units before offsets commit, and turns
 the plan changes units report in their statistics into the agent's Stats events.
 """
@@ -15,8 +16,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from faust.types import TP
+
 from processors.core.state_codec import SnapshotError
 from processors.runtime.context import EXIT_BAD_STATE, stop_worker
+from processors.runtime.restore import Restorer, Wanted
 from processors.runtime.state import StateRestoreError, StateSnapshots
 
 if TYPE_CHECKING:
@@ -149,22 +153,30 @@ class PartitionUnits:
             for key in [k for k in self._changes_seen if k[0] == p]:
                 del self._changes_seen[key]
 
-    def connect(self, app: Any, flush: Callable[[], Awaitable[None]]) -> None:
-        """Follow the app's rebalances (and, for stateful units, its commits)."""
+    def wanted(self, assigned: set[TP]) -> list[Wanted]:
+        """Assigned partitions this agent holds no unit of yet, whose state a restore reads."""
+        if self.snapshots is None:
+            return []
+        new = {tp.partition for tp in assigned if tp.topic in self.in_topics} - set(self.held)
+        topics = frozenset(self.in_topics)
+        return [Wanted(self.agent, p, topics) for p in sorted(new)]
+
+    def install(self, units: list[Wanted]) -> None:
+        """Restore ``units`` now (the restorer read their records; the agent may have
+        restored one itself meanwhile, from a block fetched before its partition was held)."""
+        for u in units:
+            self.get(u.partition)
+
+    def connect(
+        self, app: Any, flush: Callable[[], Awaitable[None]], restorer: Restorer | None = None
+    ) -> None:
+        """Follow the app's rebalances (and, for stateful units, its commits). Stateful units
+        are restored by ``restorer`` before their partitions are read, off the event loop;
+        without one, each is restored when its partition's first block comes."""
 
         async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
             held = {tp.partition for tp in assigned if tp.topic in self.in_topics}
             self.drop(set(self.held) - held)
-            if self.snapshots is not None:
-                # restore now, before any agent of this worker processes the partitions: a
-                # snapshot that cannot be restored stops the worker before it writes anything.
-                # The topic is read in one pass for all of them, on the event loop (an await
-                # here lets Faust's recovery resume the partitions first: docs/reliability.md)
-                new = sorted(held - set(self.held))
-                if new and isinstance(self.snapshots, StateSnapshots):
-                    self.snapshots.prefetch([(self.agent, p) for p in new])
-                for p in new:
-                    self.get(p)
 
         async def on_revoked(sender: Any, revoked: Any, **_: Any) -> None:
             """A partition may move to another worker: save it, then forget it."""
@@ -176,6 +188,8 @@ class PartitionUnits:
             await self.save(flush)
 
         app.on_partitions_assigned.connect(on_assigned)
+        if self.snapshots is not None and restorer is not None:
+            restorer.add(self)
         if self.snapshots is not None:
             app.flush_hooks.append(save)
             app.on_partitions_revoked.connect(on_revoked)

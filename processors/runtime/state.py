@@ -200,16 +200,34 @@ class StateSnapshots:
             keys.append(key)
         return keys
 
-    def prefetch(self, keys: Iterable[tuple[str, int]]) -> None:
+    def scan(self, keys: Iterable[tuple[str, int]]) -> dict[str, Found | None]:
         """Read the latest records of several (agent, partition)s in one pass over the topic
-        (a rebalance restores many at once); :meth:`load` then serves them from memory. Blocks
-        (the assignment handlers call it on purpose: docs/reliability.md)."""
+        (a rebalance restores many at once), for :meth:`adopt`. Blocks: the restorer runs it
+        in a thread (:mod:`processors.runtime.restore`); it touches nothing but ``restore``,
+        the pass's progress, whose keys are all there from the start (the status page copies
+        it from the event loop meanwhile)."""
         bases = {header_key(a, p) for a, p in keys}
-        if bases:
-            self.restore = {"done": False}
-            found = scan_latest(self.bootstrap, self.topic, bases, self.security, self.restore)
-            self._fetched.update({base: found.get(base) for base in bases})
-            self.restore["done"] = True
+        if not bases:
+            return {}
+        progress = dict.fromkeys(("units", "found", "records", "bytes"), 0)
+        progress.update(units=len(bases), seconds=0.0, done=False)
+        self.restore = progress
+        found = scan_latest(self.bootstrap, self.topic, bases, self.security, progress)
+        return {base: found.get(base) for base in bases}
+
+    def adopt(self, found: dict[str, Found | None]) -> None:
+        """Serve :meth:`load` from a :meth:`scan`'s records (each once); :meth:`discard` drops
+        those no unit took."""
+        self._fetched.update(found)
+
+    def discard(self, bases: Iterable[str]) -> None:
+        for base in bases:
+            self._fetched.pop(base, None)
+
+    def prefetch(self, keys: Iterable[tuple[str, int]]) -> None:
+        """:meth:`scan` and :meth:`adopt` in one blocking call, marking the pass done."""
+        self.adopt(self.scan(keys))
+        self.restore["done"] = True
 
     def stats(self) -> dict[str, Any]:
         """For the status page: snapshots written and their bytes, the state's size, the

@@ -219,7 +219,7 @@ def add_stateful_agent(
             if ctx.memory is not None:
                 ctx.memory.check()
 
-    units.connect(ctx.app, ctx.flush)
+    units.connect(ctx.app, ctx.flush, ctx.restorer)
     ctx.register(name, in_topics, units)
     memory = ctx.memory
     if memory is not None:

@@ -43,6 +43,7 @@ from processors.runtime.ingest import add_ingest_agent
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
 from processors.runtime.layouts import expected_layouts
 from processors.runtime.producer import RecordProducer
+from processors.runtime.restore import Restorer
 from processors.runtime.results import ResultWriter
 from processors.runtime.scheduler import Scheduling, add_scheduling_agents
 from processors.runtime.stage_agent import add_stage_agent
@@ -166,11 +167,15 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         snapshots = StateSnapshots(
             options.bootstrap, pipeline.state_topic, producer, security=options.kafka
         )
+    restorer = None
+    if snapshots is not None:  # before any agent's receivers: a pass restores every unit
+        restorer = Restorer(snapshots, lambda: app.consumer)
+        restorer.connect(app)
     eo = None
     if plan.processing_guarantee == "exactly_once":
-        assert snapshots is not None  # the compiler gives every exactly-once plan a state topic
+        assert snapshots is not None and restorer is not None  # every such plan has state
         eo = ExactlyOnce(producer, snapshots, options.bootstrap, options.kafka, options.reset_state)
-        eo.connect(app)
+        eo.connect(app, restorer)
     output = producer if eo is None else eo
     memory = None
     if pipeline.state_topic is not None:
@@ -185,6 +190,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         config.quantum_ms / 1000.0,
         eo,
         memory,
+        restorer,
     )
     app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
     scheduling = Scheduling(
@@ -301,7 +307,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             "scheduling": scheduling.snapshot(),
             "assignment": _assignment(app),
             "exactly_once": None if eo is None else eo.stats(),
-            "state": None if snapshots is None else snapshots.stats(),
+            "state": None if snapshots is None else {**snapshots.stats(), **restorer.stats()},
         }
         return web.json(body)
 

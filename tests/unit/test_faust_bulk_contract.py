@@ -77,7 +77,7 @@ def test_fetcher_still_calls_the_consumers_drain_messages() -> None:
 def test_bulk_consumer_helpers_do_not_shadow_faust_members() -> None:
     own = {
         "_deliver", "_deliver_each", "_deliver_block", "_maybe_commit", "committed_position",
-        "hold_back", "let_go", "held_back",
+        "hold_back", "let_go", "held_back", "restoring", "hold_for_restore", "restore_ended",
     }  # fmt: skip
     clash = sorted(own & set(dir(faust_aiokafka.Consumer)))
     assert clash == [], relied_on(
@@ -382,6 +382,37 @@ def test_held_back_partitions_are_paused_and_still_delivered() -> None:
         assert len(got) == 1 and len(got[0]) == 2  # one block of both records
         c.let_go([tp])
         assert c.held_back == set() and tp in c._get_active_partitions()
+
+    run(check())
+
+
+def test_recovery_resumes_through_the_consumer_so_restoring_partitions_stay_paused() -> None:
+    """Faust's recovery lets the whole assignment go through ``consumer.resume_partitions`` at
+    the end of every rebalance; BulkConsumer's wrapper keeps partitions being restored paused
+    (processors/runtime/restore.py), which only works while that is the way it resumes."""
+    from faust.tables import recovery
+
+    source = inspect.getsource(recovery.Recovery)
+    assert "consumer.resume_partitions(" in source, relied_on(
+        "Recovery", "no longer resumes partitions through Consumer.resume_partitions"
+    )
+    params = list(inspect.signature(faust_base.Consumer.resume_partitions).parameters)
+    assert params == ["self", "tps"], relied_on(
+        "Consumer.resume_partitions", f"changed signature to {params}"
+    )
+
+    async def check() -> None:
+        _, c = make_consumer()
+        tps = {TP(BULK_TOPIC, 0), TP(BULK_TOPIC, 1)}
+        c.assignment = lambda: tps  # type: ignore[method-assign]
+        c._set_active_tps(set(tps))
+        c.hold_for_restore([TP(BULK_TOPIC, 0)], 7)
+        c.resume_partitions(tps)
+        assert c._get_active_partitions() == {TP(BULK_TOPIC, 1)}
+        c.restore_ended([TP(BULK_TOPIC, 0)], 6)  # another pass's end: not this one's
+        assert c._get_active_partitions() == {TP(BULK_TOPIC, 1)}
+        c.restore_ended([TP(BULK_TOPIC, 0)], 7)
+        assert c._get_active_partitions() == tps and c.restoring == {}
 
     run(check())
 
