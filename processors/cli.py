@@ -71,7 +71,7 @@ def _worker(args: argparse.Namespace) -> int:
     from processors.runtime.worker import WorkerOptions, run_worker
 
     settings = load_settings()
-    plan = load_plan(args.query)
+    plan = load_plan(args.query, args.catalog)
     options = WorkerOptions(
         bootstrap=resolve_bootstrap(settings),
         state_dir=settings.state_dir,
@@ -89,7 +89,15 @@ def _worker(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from processors.commands.queries import load_plan
 
-    print(json.dumps(load_plan(args.query).to_json(), indent=2))
+    plan = load_plan(args.query, args.catalog, require_into=False)
+    print(json.dumps(plan.to_json(), indent=2))
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from processors.commands.explain import run_explain
+
+    print(run_explain(args.query, args.stats, args.json, args.catalog))
     return 0
 
 
@@ -270,8 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="run a worker for a query")
     worker.add_argument(
-        "query", help="query file (.py defining `query`), module:attr, or a built-in"
+        "query", help="query file (.cql, or .py defining `query`), module:attr, or a built-in"
     )
+    worker.add_argument("--catalog", default=None, help="a .cql file of CREATE STREAMs")
     worker.add_argument("--id", default=None, help="worker id (default: host-pid)")
     worker.add_argument("--web-port", type=int, default=0, help="status endpoint port (0: free)")
     worker.add_argument(
@@ -286,8 +295,20 @@ def build_parser() -> argparse.ArgumentParser:
     worker.set_defaults(func=_worker)
 
     plan = sub.add_parser("plan", help="validate a query and print its logical plan")
-    plan.add_argument("query")
+    plan.add_argument("query", help="a .cql file, a .py file defining `query`, or module:attr")
+    plan.add_argument("--catalog", default=None, help="a .cql file of CREATE STREAMs")
     plan.set_defaults(func=_plan)
+
+    explain = sub.add_parser(
+        "explain", help="cost every plan of a query and show the one chosen (Ayad-Naughton)"
+    )
+    explain.add_argument("query", help="a .cql file, a .py file defining `query`, or module:attr")
+    explain.add_argument(
+        "--stats", required=True, help="statistics file (TOML: rates, selectivities, costs)"
+    )
+    explain.add_argument("--json", default=None, help="also write the plans to this JSON file")
+    explain.add_argument("--catalog", default=None, help="a .cql file of CREATE STREAMs")
+    explain.set_defaults(func=_explain)
 
     demo = sub.add_parser("demo", help="run the demo pipeline on the embedded broker")
     demo.add_argument("--records", type=int, default=20_000)

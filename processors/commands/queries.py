@@ -16,10 +16,20 @@ BUILTIN: dict[str, Callable[[], Query]] = {
 }
 
 
-def load_plan(spec: str) -> LogicalPlan:
-    """``file.py`` (defining ``query``), ``package.module:attr``, or a built-in name."""
+def load_plan(spec: str, catalog: str | None = None, *, require_into: bool = True) -> LogicalPlan:
+    """``file.cql`` (CQL; ``catalog``: a .cql file of more CREATE STREAMs), ``file.py``
+    (defining ``query``), ``package.module:attr``, or a built-in name. A CQL query without
+    INTO is refused when ``require_into`` (a worker must know where results go)."""
     if spec in BUILTIN:
         return _to_plan(BUILTIN[spec](), spec)
+    if spec.endswith(".cql"):
+        query = load_cql(spec, catalog, require_into=require_into)
+        try:
+            return query.build()
+        except QueryError as exc:
+            raise QueryError(f"{spec}: {exc}") from None
+    if catalog is not None:
+        raise QueryError("--catalog goes with a .cql query")
     if spec.endswith(".py") or Path(spec).is_file():
         path = Path(spec)
         if not path.is_file():
@@ -48,3 +58,26 @@ def _to_plan(value: Any, spec: str) -> LogicalPlan:
     if isinstance(value, LogicalPlan):
         return value
     raise QueryError(f"{spec} is a {type(value).__name__}, not a Query or LogicalPlan")
+
+
+def _read(path: str, what: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise QueryError(f"{what} {path} does not exist")
+    return p.read_text()
+
+
+def load_cql(spec: str, catalog: str | None = None, *, require_into: bool = True) -> Query:
+    """The query of a .cql file; a CQL error names the file, line and column."""
+    from processors.cql import CqlError, parse_cql
+
+    text = _read(spec, "query file")
+    try:
+        declared = None if catalog is None else parse_cql(_read(catalog, "catalog"))
+    except CqlError as exc:
+        raise QueryError(f"{catalog}: {exc}") from None
+    try:
+        script = parse_cql(text, declared)
+        return script.query(Path(spec).stem.replace("_", "-"), require_into=require_into)
+    except CqlError as exc:
+        raise QueryError(f"{spec}: {exc}") from None

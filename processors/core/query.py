@@ -90,6 +90,14 @@ class Query(QuerySettings):
         self._operators: list[SyntheticOperator | OperatorNode] = []
         self._scheduling: SchedulingConfig | None = None
 
+    @classmethod
+    def from_cql(cls, text: str, catalog: str | None = None, name: str = "query") -> Query:
+        """The query of a CQL text (docs/cql.md); ``catalog``: CQL text of more CREATE STREAMs.
+        Errors are :class:`processors.cql.CqlError` (a QueryError) with line and column."""
+        from processors.cql import parse_cql  # the CQL front end builds on this module
+
+        return parse_cql(text, catalog).query(name)
+
     def stream(
         self,
         name: str,

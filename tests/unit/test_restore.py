@@ -2,9 +2,9 @@
 started) BulkConsumer, real PartitionUnits and StateSnapshots over a recorded state topic.
 
 - While the pass reads the topic in its thread, the event loop runs on, the new partitions
-  (stateless agents' too) stay paused even when Faust resumes the whole assignment (as its recovery does at the end of every
-  rebalance), and no unit exists yet; once the pass returns, every unit holds its stored state
-  and its partitions are fetched again.
+  (stateless agents' too) stay paused even when Faust resumes the whole assignment (as its
+  recovery does at the end of every rebalance), and no unit exists yet; once the pass returns,
+  every unit holds its stored state and its partitions are fetched again.
 - A pass that a newer rebalance overtook installs nothing and does not let go of partitions the
   newer pass holds.
 - A pass that fails stops the worker, naming the state topic.
@@ -84,7 +84,7 @@ def test_the_loop_runs_on_while_state_is_read_and_partitions_wait_for_it(monkeyp
         await asyncio.sleep(0.05)  # the pass is blocked in its thread; the loop is not
         assert not task.done() and units.held == {}
         assert consumer.restoring == dict.fromkeys(ASSIGNED | {RAW}, 1)
-        consumer.resume_partitions(ASSIGNED | {RAW})  # Faust's recovery, at the end of the rebalance
+        consumer.resume_partitions(ASSIGNED | {RAW})  # Faust's recovery, at a rebalance's end
         assert consumer._get_active_partitions() == set()
         assert restorer.stats() == {"passes": 1, "pending_units": 2}
         gate.set()
