@@ -200,3 +200,11 @@ def test_sqlglot_still_tokenizes_as_the_pre_pass_expects() -> None:
     assert kinds[:2] == ["VAR", "SELECT"], "EXPLAIN must stay a word, not swallow the statement"
     assert kinds[5:8] == ["L_BRACKET", "PARTITION_BY", "VAR"]
     assert kinds[-2:] == ["INTO", "STRING"]
+
+
+def test_a_worker_does_not_run_an_explain(tmp_path: Path) -> None:
+    q = tmp_path / "q.cql"
+    q.write_text(CATALOG + "\nEXPLAIN SELECT r.ts FROM readings AS r INTO 'out';")
+    with pytest.raises(QueryError, match="EXPLAINs its query"):
+        load_plan(str(q))
+    assert load_plan(str(q), require_into=False).result_topic == "out"
