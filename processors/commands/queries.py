@@ -81,6 +81,6 @@ def load_cql(spec: str, catalog: str | None = None, *, require_into: bool = True
         if require_into and script.explain:
             raise QueryError(f"{spec} EXPLAINs its query: run `streamon explain {spec} --stats "
                              "FILE`, or leave EXPLAIN out to run the query")  # fmt: skip
-        return script.query(Path(spec).stem.replace("_", "-"), require_into=require_into)
+        return script.query(Path(spec).stem, require_into=require_into)
     except CqlError as exc:
         raise QueryError(f"{spec}: {exc}") from None

@@ -68,7 +68,7 @@ def test_example_one_as_printed() -> None:
     assert [str(w) for w in plan.windows.values()] == ["A [ROWS 10]", "B [ROWS 10]", "C [ROWS 10]"]
     assert [str(j) for j in plan.joins] == ["A.a = B.a", "B.b = C.b"]
     assert [c.name for c in plan.output] == ["a", "b", "c"] and plan.filters == ()
-    assert plan.name == "an-example1" and plan.result_topic == "an-example1-results"
+    assert plan.name == "an_example1" and plan.result_topic == "an_example1-results"
 
 
 def test_create_stream_columns_become_an_avro_record() -> None:
