@@ -17,6 +17,7 @@ and ``Token``); ``tests/unit/test_cql_parser.py`` pins what the pre-pass relies 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,8 @@ class Statement:
     stream_op: str | None = None
     op_token: Token | None = None
     windows: dict[int, WindowSpec] = field(default_factory=dict)  # by the name's start offset
+    #: CREATE QUERY ... WITH (name = value, ...): how the query runs, each with its token
+    settings: dict[str, tuple[Any, Token]] = field(default_factory=dict)
 
 
 def _upper(tok: Token) -> str:
@@ -151,6 +154,43 @@ def _into_clause(into: Token, rest: list[Token], st: Statement) -> None:
         st.into_partitions = _positive_int(rest[2], "PARTITIONS n: n")
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VALUES = {TokenType.NUMBER, TokenType.STRING, TokenType.TRUE, TokenType.FALSE}
+
+
+def _settings(toks: list[Token]) -> dict[str, tuple[Any, Token]]:
+    """``WITH ( name = value {, name = value} )``: numbers, 'strings', TRUE or FALSE."""
+    if len(toks) < 2 or toks[1].token_type != TokenType.L_PAREN:
+        raise at_token(toks[min(1, len(toks) - 1)], "expected WITH (setting = value, ...)")
+    if toks[-1].token_type != TokenType.R_PAREN:
+        raise at_token(toks[-1], "expected ) to close WITH (...), then AS SELECT ...")
+    found: dict[str, tuple[Any, Token]] = {}
+    body = toks[2:-1]
+    for i in range(0, len(body), 4):
+        part = body[i : i + 4]
+        name, eq, value = (part + [None, None, None])[:3]  # type: ignore[list-item]
+        if not _NAME.fullmatch(name.text):
+            raise at_token(name, "expected a setting's name")
+        if eq is None or eq.token_type != TokenType.EQ:
+            raise at_token(eq or name, f"expected {name.text} = value")
+        if value is None or value.token_type not in _VALUES:
+            raise at_token(value or eq, "expected a number, a 'string', TRUE or FALSE")
+        if len(part) == 4 and part[3].token_type != TokenType.COMMA:
+            raise at_token(part[3], "expected , or )")
+        if name.text.lower() in found:
+            raise at_token(name, f"setting {name.text} is given twice")
+        found[name.text.lower()] = (_value(value), name)
+    return found
+
+
+def _value(tok: Token) -> Any:
+    if tok.token_type == TokenType.STRING:
+        return tok.text
+    if tok.token_type in (TokenType.TRUE, TokenType.FALSE):
+        return tok.token_type == TokenType.TRUE
+    return float(tok.text) if any(c in tok.text for c in ".eE") else int(tok.text)
+
+
 def _take_into(toks: list[Token], st: Statement) -> list[Token]:
     """A trailing ``INTO 'topic' [PARTITIONS n]``."""
     depth, seen_from = 0, False
@@ -214,10 +254,13 @@ def _prepare(toks: list[Token]) -> tuple[list[Token], Statement]:
             if as_at is None:
                 raise at_token(toks[-1], "expected CREATE QUERY name [INTO 'topic'] AS SELECT ...")
             head = toks[3:as_at]
-            if head:
+            cut = next((j for j, t in enumerate(head) if t.token_type == TokenType.WITH), len(head))
+            if cut:
                 if head[0].token_type != TokenType.INTO:
-                    raise at_token(head[0], "expected INTO 'topic' or AS")
-                _into_clause(head[0], head[1:], st)
+                    raise at_token(head[0], "expected INTO 'topic', WITH (...) or AS")
+                _into_clause(head[0], head[1:cut], st)
+            if cut < len(head):
+                st.settings = _settings(head[cut:])
             toks = toks[as_at + 1 :]
             if not toks or toks[0].token_type != TokenType.SELECT:
                 raise at_token(toks[0] if toks else st.start, "expected AS SELECT ...")

@@ -19,6 +19,7 @@ from processors.core.query import Query
 from processors.cql.catalog import StreamDecl
 from processors.cql.dialect import Statement, WindowSpec
 from processors.cql.errors import CqlError, at_node, at_token
+from processors.cql.settings import apply_settings
 
 _COMPARE: dict[type, tuple[str, str]] = {  # node -> (operator, operator with sides swapped)
     exp.EQ: ("==", "=="), exp.NEQ: ("!=", "!="), exp.GT: (">", "<"), exp.GTE: (">=", "<="),
@@ -274,4 +275,5 @@ def to_query(select: exp.Expr, streams: dict[str, StreamDecl], name: str) -> Que
         raise CqlError(exc.reason, first.line, first.col, exc.token or first.token) from None
     if st.into is not None:
         q.into(st.into, partitions=st.into_partitions)
+    apply_settings(q, st.settings)
     return q

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.commands.queries import load_plan
+from processors.commands.queries import BUILTIN, load_plan
 from processors.core.columns import col
 from processors.core.plan import QueryError
 from processors.core.query import Query
@@ -113,7 +113,7 @@ MALFORMED = [
     ("SELECT r.ts FROM readings AS r INTO 'x' PARTITIONS 0", 1, 52, "0", "positive"),
     ("SELECT r.ts FROM readings AS r INTO 'x' EXTRA", 1, 41, "EXTRA", "PARTITIONS n"),
     ("CREATE QUERY AS SELECT r.ts FROM readings AS r", 1, 14, "AS", "CREATE QUERY name"),
-    ("CREATE QUERY q SELECT r.ts FROM readings AS r", 1, 16, "SELECT", "INTO 'topic' or AS"),
+    ("CREATE QUERY q SELECT r.ts FROM readings AS r", 1, 16, "SELECT", "WITH (...) or AS"),
     ("CREATE QUERY q AS r.ts FROM readings AS r", 1, 19, "r", "AS SELECT"),
     ("EXPLAIN", 1, 1, "EXPLAIN", "EXPLAIN SELECT"),
     ("UPDATE readings SET x = 1", 1, 1, "UPDATE", "expected CREATE STREAM"),
@@ -208,3 +208,38 @@ def test_a_worker_does_not_run_an_explain(tmp_path: Path) -> None:
     with pytest.raises(QueryError, match="EXPLAINs its query"):
         load_plan(str(q))
     assert load_plan(str(q), require_into=False).result_topic == "out"
+
+
+def test_the_builtin_queries_ship_as_cql() -> None:
+    for name in BUILTIN:
+        shipped = ROOT / "processors" / "workloads" / "cql" / f"{name}.cql"
+        assert load_plan(str(shipped)) == load_plan(name), name
+
+
+SETTINGS_ERRORS = [
+    ("CREATE QUERY q WITH (idle_timeout_ms = 0) AS SELECT r.ts FROM readings AS r", 1, 22,
+     "positive int"),
+    ("CREATE QUERY q WITH (colour = 1) AS SELECT r.ts FROM readings AS r", 1, 22,
+     "unknown setting"),
+    ("CREATE QUERY q WITH (adapt_alpha = 0.5) AS SELECT r.ts FROM readings AS r", 1, 22,
+     "needs adapt"),
+    ("CREATE QUERY q WITH (adapt = 'agreedy', adapt_bogus = 1) AS SELECT r.ts FROM readings AS r",
+     1, 22, "bogus"),
+    ("CREATE QUERY q WITH (processing_guarantee = 'maybe') AS SELECT r.ts FROM readings AS r", 1,
+     22, "not one of"),
+    ("CREATE QUERY q WITH idle_timeout_ms = 1 AS SELECT r.ts FROM readings AS r", 1, 21,
+     "WITH (setting"),
+    ("CREATE QUERY q WITH (idle_timeout_ms 1) AS SELECT r.ts FROM readings AS r", 1, 38,
+     "= value"),
+    ("CREATE QUERY q WITH (idle_timeout_ms = -1) AS SELECT r.ts FROM readings AS r", 1, 40,
+     "a number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "line", "column", "words"), SETTINGS_ERRORS)
+def test_a_bad_setting_is_named_where_it_is(text: str, line: int, column: int, words: str) -> None:
+    with pytest.raises(CqlError) as err:
+        parse_cql(text, CATALOG).query().build()
+    assert (err.value.line, err.value.col) == (line, column) and words in err.value.reason, str(
+        err.value
+    )

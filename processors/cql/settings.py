@@ -1,0 +1,61 @@
+"""``CREATE QUERY name ... WITH (setting = value, ...)``: how the query runs, as Query settings.
+
+    WITH (idle_timeout_ms = 1000, lateness_ms = 0, memory_limit_mb = 512,
+          processing_guarantee = 'exactly_once',
+          adapt = 'agreedy', adapt_profile_probability = 0.2, adapt_window_tuples = 200,
+          schedule = 'chain-flush', schedule_latency_ms = 50)
+
+``adapt_X`` is setting X of ``Query.adapt`` and ``schedule_X`` of ``Query.schedule``; a value the
+Query refuses is an error at the setting's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlglot.tokens import Token
+
+from processors.core.plan import QueryError
+from processors.core.query import Query
+from processors.cql.errors import CqlError, at_token
+
+#: a plain setting and the Query method that takes it
+PLAIN = {
+    "idle_timeout_ms": "idle_timeout",
+    "lateness_ms": "lateness",
+    "memory_limit_mb": "memory_limit",
+    "processing_guarantee": "processing_guarantee",
+}
+GROUPS = ("adapt", "schedule")
+
+
+def apply_settings(q: Query, settings: dict[str, tuple[Any, Token]]) -> None:
+    """Call ``q``'s setting methods for ``settings`` (name -> (value, the name's token))."""
+    grouped: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
+    heads: dict[str, tuple[Any, Token]] = {}
+    for name, (value, tok) in settings.items():
+        if name in PLAIN:
+            _call(tok, getattr(q, PLAIN[name]), value)
+        elif name in GROUPS:
+            heads[name] = (value, tok)
+        elif name.partition("_")[0] in GROUPS and "_" in name:
+            group, _, key = name.partition("_")
+            if group not in settings:
+                raise at_token(tok, f"{name} needs {group} = '...' (which {group} it sets)")
+            grouped[group][key] = value
+        else:
+            known = [*PLAIN, *GROUPS, *(f"{g}_..." for g in GROUPS)]
+            raise at_token(tok, f"unknown setting {name!r}; expected one of {', '.join(known)}")
+    for group, (value, tok) in heads.items():
+        _call(tok, getattr(q, group), value, **grouped[group])
+
+
+def _call(tok: Token, method: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        method(*args, **kwargs)
+    except QueryError as exc:
+        if isinstance(exc, CqlError):
+            raise
+        raise at_token(tok, str(exc)) from None
+    except TypeError as exc:  # a setting the method does not take
+        raise at_token(tok, f"{tok.text}: {exc}") from None
