@@ -168,6 +168,8 @@ class OutputColumn:
 AggregateFunc = Literal["count", "sum", "avg", "min", "max"]
 #: the aggregate functions a query may use and the aggregate stage computes (the one list)
 AGGREGATE_FUNCS: tuple[str, ...] = get_args(AggregateFunc)
+#: CQL's relation-to-stream operators a query may ask for (Query.emit); RSTREAM is not one
+STREAM_OPS = ("istream", "dstream")
 #: processing guarantees a query may ask for (Query.processing_guarantee)
 GUARANTEES: tuple[str, ...] = ("at_least_once", "exactly_once")
 
@@ -256,6 +258,9 @@ class LogicalPlan:
     operators: tuple[SyntheticOperator | OperatorNode, ...] = ()
     # how the worker's arbiter shares the processor among the agents (Query.schedule)
     scheduling: SchedulingConfig | None = None
+    #: CQL's relation-to-stream operator (Query.emit): "istream" writes only the result
+    #: relation's inserts, "dstream" only its deletes (as plain records); None: every change
+    stream_op: str | None = None
 
     def stream(self, name: str) -> StreamSpec:
         return next(s for s in self.streams if s.name == name)
@@ -332,6 +337,7 @@ class LogicalPlan:
             "processing_guarantee": self.processing_guarantee,
             "operators": [str(o) for o in self.operators],
             "scheduling": self.scheduling_config.to_json(),
+            "stream_op": self.stream_op,
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],
             "output": {
                 "topic": self.result_topic,

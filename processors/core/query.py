@@ -35,6 +35,7 @@ from processors.core.ordering.config import OrderingConfig
 from processors.core.plan import (
     AGGREGATE_FUNCS,
     INTEGER,
+    STREAM_OPS,
     AggregateSpec,
     ColumnRef,
     FieldInfo,
@@ -89,6 +90,7 @@ class Query(QuerySettings):
         self._guarantee = "at_least_once"
         self._operators: list[SyntheticOperator | OperatorNode] = []
         self._scheduling: SchedulingConfig | None = None
+        self._stream_op: str | None = None
 
     @classmethod
     def from_cql(cls, text: str, catalog: str | None = None, name: str = "query") -> Query:
@@ -235,6 +237,18 @@ class Query(QuerySettings):
         self._result = (topic, check_partitions(partitions, f"result topic {topic!r}"))
         return self
 
+    def emit(self, stream_op: str) -> Query:
+        """CQL's relation-to-stream operator: ``"istream"`` writes only the inserts of the
+        result relation (a window join's new results, a group's new row), ``"dstream"`` only
+        its deletes, as plain records. By default every change is written, a delete with a
+        sign header."""
+        if stream_op not in STREAM_OPS:
+            raise QueryError(f"emit(): {stream_op!r} is not one of {', '.join(STREAM_OPS)}")
+        if self._stream_op is not None:
+            raise QueryError(f"emit() is given twice ({self._stream_op!r} already)")
+        self._stream_op = stream_op
+        return self
+
     def operator(self, name: str, *, cost_us: float, selectivity: float, key: str) -> Query:
         """A synthetic operator stage after the filters: ``cost_us`` of CPU per tuple, and each
         tuple kept on average ``selectivity`` times (above 1, some tuples are repeated) by a hash
@@ -329,6 +343,7 @@ class Query(QuerySettings):
             processing_guarantee=self._guarantee,
             operators=operators,
             scheduling=self._scheduling,
+            stream_op=self._stream_op,
         )
 
     def _checked_operators(

@@ -252,12 +252,11 @@ def to_query(select: exp.Expr, streams: dict[str, StreamDecl], name: str) -> Que
         if select.args.get(arg):
             raise at_node(select.args[arg], f"{text} is not supported in a continuous query",
                           st.start)  # fmt: skip
-    if st.stream_op is not None:
+    if st.stream_op == "RSTREAM":
         raise at_token(
             st.op_token or st.start,
-            f"{st.stream_op} is not supported yet: a result topic carries every change of the "
-            "query's relation, inserts and (with a sign header) deletes, e.g. when a tuple "
-            "leaves a window; leave the keyword out, and skip deletes to read it as ISTREAM",
+            "RSTREAM is not supported: a result topic carries the relation's changes (inserts, "
+            "and deletes with a sign header), from which a consumer keeps the relation itself",
         )
     q = Query(st.name or name)
     scope = _Scope(streams)
@@ -275,5 +274,7 @@ def to_query(select: exp.Expr, streams: dict[str, StreamDecl], name: str) -> Que
         raise CqlError(exc.reason, first.line, first.col, exc.token or first.token) from None
     if st.into is not None:
         q.into(st.into, partitions=st.into_partitions)
+    if st.stream_op is not None:
+        q.emit(st.stream_op.lower())
     apply_settings(q, st.settings)
     return q

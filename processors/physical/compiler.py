@@ -32,9 +32,14 @@ OPERATOR_PREFIX = "op."
 
 
 def is_simple(plan: LogicalPlan) -> bool:
-    """One stream without window, projection or aggregate: ingest, filters, sink."""
+    """One stream without window, projection, aggregate or stream operator: ingest, filters,
+    sink."""
     return (
-        len(plan.streams) == 1 and not plan.windows and not plan.projected and not plan.aggregates
+        len(plan.streams) == 1
+        and not plan.windows
+        and not plan.projected
+        and not plan.aggregates
+        and plan.stream_op is None
     )
 
 

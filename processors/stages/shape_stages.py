@@ -1,5 +1,5 @@
 """Stages that shape tuples without deciding which pass: row ids for a join input without a
-window, and the projection to the result fields."""
+window, and the projection to the result fields (with CQL's ISTREAM or DSTREAM, if asked)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ class ProjectStage(StageBase):
         self._group_names |= {null_column(k): null_column(v) for k, v in self._group_names.items()}
 
     def process(self, batch: Batch) -> list[Batch]:
+        return [_stream_op(b, self.plan.stream_op) for b in self._project(batch)]
+
+    def _project(self, batch: Batch) -> list[Batch]:
         plan = self.plan
         if plan.aggregates:
             cols = {self._group_names.get(k, k): v for k, v in batch.columns.items()}
@@ -77,3 +80,15 @@ class ProjectStage(StageBase):
 
     def stats(self) -> dict[str, Any]:
         return {"kind": self.kind}
+
+
+def _stream_op(batch: Batch, op: str | None) -> Batch:
+    """CQL's ISTREAM (the inserts) or DSTREAM (the deletes, as inserts) of a result batch."""
+    if op is None:
+        return batch
+    keep = np.flatnonzero(batch.sign > 0 if op == "istream" else batch.sign < 0)
+    kept = batch.take(keep) if len(keep) < len(batch) else batch
+    if op == "dstream":
+        sign = np.ones_like(kept.sign)
+        kept = Batch(kept.columns, sign, kept.ts, kept.key, dict(kept.meta))
+    return kept

@@ -117,7 +117,7 @@ MALFORMED = [
     ("CREATE QUERY q AS r.ts FROM readings AS r", 1, 19, "r", "AS SELECT"),
     ("EXPLAIN", 1, 1, "EXPLAIN", "EXPLAIN SELECT"),
     ("UPDATE readings SET x = 1", 1, 1, "UPDATE", "expected CREATE STREAM"),
-    ("SELECT ISTREAM r.ts FROM readings AS r", 1, 8, "ISTREAM", "not supported yet"),
+    ("SELECT RSTREAM r.ts FROM readings AS r", 1, 8, "RSTREAM", "not supported"),
     ("SELECT r.ts FROM readings AS r WHERE r.ts > 1 OR r.ok = TRUE", 1, 38, "OR", "OR is not"),
     ("SELECT r.ts FROM readings AS r WHERE r.ts + 1 > 2", 1, 38, "r.ts + 1 > 2", "arithmetic"),
     ("SELECT r.ts FROM readings AS r WHERE NOT r.ok = TRUE", 1, 42, "NOT", "not supported"),
