@@ -95,9 +95,12 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from processors.commands.explain import run_explain
+    from processors.commands.explain import run_explain, stats_records
 
-    print(run_explain(args.query, args.stats, args.json, args.catalog))
+    records = None
+    if args.measured:
+        records = stats_records(resolve_bootstrap(load_settings()))
+    print(run_explain(args.query, args.stats, args.json, args.catalog, records))
     return 0
 
 
@@ -303,8 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
         "explain", help="cost every plan of a query and show the one chosen (Ayad-Naughton)"
     )
     explain.add_argument("query", help="a .cql file, a .py file defining `query`, or module:attr")
-    explain.add_argument(
-        "--stats", required=True, help="statistics file (TOML: rates, selectivities, costs)"
+    figures = explain.add_mutually_exclusive_group(required=True)
+    figures.add_argument(
+        "--stats", default=None, help="statistics file (TOML: rates, selectivities, costs)"
+    )
+    figures.add_argument(
+        "--measured",
+        action="store_true",
+        help="statistics the workers that ran the query measured (the stats topic)",
     )
     explain.add_argument("--json", default=None, help="also write the plans to this JSON file")
     explain.add_argument("--catalog", default=None, help="a .cql file of CREATE STREAMs")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
@@ -172,6 +173,24 @@ def run_demo(records: int = 20_000) -> int:
 
         out = settings.state_dir / "demo" / f"{name}-analysis"
         ok = demo_analysis(bootstrap, query_file, want[:2], out, _say) is not False
+    if ok:
+        _explain_measured(bootstrap, query_file)
     _say("OK" if ok else "FAILED")
     _say("the embedded broker keeps running for the next command; `streamon broker stop` stops it")
     return 0 if ok else 1
+
+
+def _explain_measured(bootstrap: str, query_file: Path) -> None:
+    """The cost model's view of the query with what the worker measured (the chosen plan's
+    lines of ``streamon explain QUERY --measured``); informative, so a failure is only said."""
+    from processors.commands.explain import run_explain, stats_records
+
+    _say(f"cost model (Ayad-Naughton) on the measured statistics: streamon explain {query_file} "
+         "--measured")  # fmt: skip
+    try:
+        text = run_explain(str(query_file), records=stats_records(bootstrap))
+    except (ValueError, OSError) as exc:
+        _say(f"  explain: {exc}")
+        return
+    for line in text.splitlines()[:5]:
+        _say(f"  {line}" if line else "")

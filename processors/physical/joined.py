@@ -22,6 +22,8 @@ from processors.core.batch import Batch, coalesce
 from processors.core.state_codec import PARTS_MAGIC, SnapshotError, expect
 from processors.physical.chain import StageChain
 from processors.stages.base import Stage
+from processors.stages.join_selectivity import Measured
+from processors.stages.mjoin_stage import MJoinStage
 
 JOINED_SNAPSHOT_VERSION = 1
 _U32 = struct.Struct("<I")
@@ -52,6 +54,7 @@ class JoinedChain:
         self.stream = join.stream
         self._fed: list[_Fed] = []  # runs of one stream's deltas, not yet drained
         self._refused: list[tuple[Batch, str]] = []  # deltas the join refused, with why
+        self._measured = Measured()  # the MJoin's selectivities from its windows (cost model)
 
     @property
     def stages(self) -> list[Stage]:
@@ -138,6 +141,9 @@ class JoinedChain:
         out: dict[str, Any] = {}
         for chain in [*self.inputs.values(), self.join]:
             out.update(chain.stats())
+        for stage in self.join.stages:
+            if isinstance(stage, MJoinStage) and isinstance(out.get(stage.name), dict):
+                out[stage.name]["window_matches"] = self._measured.of(stage)
         return out
 
     def snapshot(self) -> bytes:

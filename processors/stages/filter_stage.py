@@ -440,6 +440,11 @@ class FilterStage(StageBase):
             "profile_tuples": self.profile_tuples,
             "profile_window": len(self.reoptimizer.window),
             "cost_ns": {names[f]: float(costs[f]) for f in range(self.n)},
+            "selectivity": _rates(names, self.reoptimizer.window.pass_rates()),
             "breakdown_ns": dict(self.ns),
             "breakdown_percent": self.breakdown(),
         }
+
+
+def _rates(names: list[str], rates: np.ndarray | None) -> dict[str, float]:
+    return {} if rates is None else {n: float(r) for n, r in zip(names, rates, strict=True)}

@@ -1,17 +1,22 @@
 """A CQL query on the real broker (issue 17): a 2-way RANGE join with a GROUP BY, written as a
 .cql file whose streams come from a catalog file (`streamon worker q.cql --catalog c.cql`), run
 by a real worker. Its final groups equal the naive oracle's over the whole streams, as the
-broker stored them."""
+broker stored them; then `streamon explain --measured` costs the query with what the worker
+measured (the stats topic): both streams' rates, and the join's selectivity close to the one
+the data has (uniform pids)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 from integration.test_routing_broker import RANGE_MS, oracle_join, packets, produce, stored
 
+from processors.commands.explain import run_explain, stats_records
 from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.queries import load_plan
+from processors.core.cost.measured import measured_stats
 from processors.runtime.producer import SIGN_HEADER
 from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object
@@ -78,3 +83,15 @@ def test_a_cql_join_with_group_by_gives_the_oracles_groups(
     got = {k for k, v in net.items() if v}
     assert all(net[k] == 1 for k in got)
     assert got == want, (len(got - want), len(want - got), worker.log_tail(40))
+
+    records = stats_records(bootstrap)
+    out = tmp_path / "plans.json"
+    text = run_explain(str(query), json_path=str(out), catalog=str(catalog), records=records)
+    body = json.loads(out.read_text())
+    assert body["plans"] and "chosen:" in text, text
+    mjoin = next(p for p in body["plans"] if p["shape"] == "mjoin" or p["order"] == ["a", "b"])
+    inputs = mjoin["operators"]["children"]
+    assert all(child["output_per_s"] > 0 for child in inputs), text
+    f = measured_stats(load_plan(str(query), str(catalog)), records, "t").selectivity
+    pids = 120  # packets(..., 120): uniform pids in both streams
+    assert 0.5 / pids < f["a.pid = b.pid"] < 2.0 / pids, f

@@ -70,6 +70,13 @@ class ProfileWindow:
         self.start = 0
         self.size = 0
 
+    def pass_rates(self) -> np.ndarray | None:
+        """Each filter's share of the window's profile tuples it passed (its selectivity,
+        measured on tuples every filter was evaluated on); None for an empty window."""
+        if self.size == 0:
+            return None
+        return 1.0 - self.bits[self.live_rows()].mean(axis=0)
+
 
 class CostEstimates:
     """Per-filter processing time a_i: the median time per tuple of the last K timed calls
