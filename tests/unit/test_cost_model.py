@@ -86,10 +86,10 @@ def _random_inputs(draw: st.DrawFn, n: int) -> CostInputs:
         s: StreamInput(s, draw(st.floats(0.5, 100)), float(draw(st.integers(1, 50))), "ROWS", True)
         for s in names
     }
-    edges = [
-        JoinEdge(a, b, f"{a}.k = {b}.k", draw(st.floats(0.01, 1)))
-        for a, b in itertools.combinations(names, 2)
-        if draw(st.booleans())
+    pairs = [(a, b) for a, b in itertools.combinations(names, 2) if draw(st.booleans())]
+    edges = [  # each on its own columns: independent predicates, as eq. 5 assumes
+        JoinEdge(a, b, f"{a}.k{i} = {b}.k{i}", draw(st.floats(0.01, 1)), i)
+        for i, (a, b) in enumerate(pairs)
     ]
     return CostInputs(streams, tuple(edges), 0.001, 0.001, 1.0)
 
@@ -199,3 +199,23 @@ def test_a_toml_syntax_error_names_its_line(tmp_path: Path) -> None:
     bad.write_text("capacity = 1\njoin_cost_ms = = 2\n")
     with pytest.raises(StatsError, match=r"s\.toml: not valid TOML: .*line 2"):
         load_stats(bad)
+
+
+def test_equalities_on_one_key_count_once_whatever_the_tree() -> None:
+    """A star of equalities on one key (the demo's r0.pid = ri.pid): joining r1 with r2 is a
+    join on pid (implied), and every tree outputs eq. 5 with one factor per equality."""
+    declare = "CREATE STREAM r{0} (pid BIGINT NOT NULL, ts BIGINT NOT NULL) WITH (topic='{0}', "
+    script = parse_cql(
+        "".join(declare.format(i) + "timestamp='ts');" for i in range(3))
+        + "SELECT r0.pid FROM r0 [ROWS 20], r1 [ROWS 30], r2 [ROWS 40] "
+        "WHERE r0.pid = r1.pid AND r0.pid = r2.pid;"
+    )
+    stats = parse_stats({"capacity": 1, "join_cost_ms": 1, "streams": {
+        "r0": {"rate": 5}, "r1": {"rate": 7}, "r2": {"rate": 11}},
+        "selectivity": {"r0.pid = r1.pid": 0.1, "r0.pid = r2.pid": 0.1}})  # fmt: skip
+    inputs = bind(script.query().build(), stats)
+    assert inputs.selectivity_between(frozenset({"r1"}), frozenset({"r2"})) == 0.1
+    assert inputs.selectivity_between(frozenset({"r1", "r2"}), frozenset({"r0"})) == 0.1
+    eq5 = 0.01 * (5 * 30 * 40 + 7 * 20 * 40 + 11 * 20 * 30)
+    for shape in shapes(("r0", "r1", "r2"), with_filters=False):
+        assert evaluate(shape, inputs).output_per_s == pytest.approx(eq5), shape.text()

@@ -40,6 +40,8 @@ class JoinEdge:
     right: str
     text: str
     selectivity: float
+    #: the equality class of its columns: ``a.x = b.x`` and ``b.x = c.x`` imply ``a.x = c.x``
+    cls: int = -1
 
 
 @dataclass(frozen=True)
@@ -53,20 +55,27 @@ class CostInputs:
     capacity: float
 
     def selectivity_between(self, left: frozenset[str], right: frozenset[str]) -> float:
-        """The product of the selectivities of predicates joining ``left`` to ``right`` (1: a
-        Cartesian product)."""
-        return math.prod(
-            e.selectivity
-            for e in self.joins
-            if (e.left in left and e.right in right) or (e.left in right and e.right in left)
-        )
+        """The selectivity of joining ``left`` to ``right`` (1: a Cartesian product): one factor
+        per equality class with members on both sides, since the class's other equalities are
+        implied (``a.x = b.x`` and ``a.x = c.x`` make ``b ⋈ c`` a join on x, and ``(a ⋈ b) ⋈ c``
+        one more equality, not two); a declared predicate across the cut gives it, else one of
+        the class's (its columns share their values)."""
+        return math.prod(e.selectivity for e in self.edges_between(left, right))
 
     def edges_between(self, left: frozenset[str], right: frozenset[str]) -> list[JoinEdge]:
-        return [
-            e
-            for e in self.joins
-            if (e.left in left and e.right in right) or (e.left in right and e.right in left)
-        ]
+        """One predicate per equality class joining ``left`` to ``right`` (see above)."""
+        out = []
+        for cls in sorted({e.cls for e in self.joins}):
+            members = [e for e in self.joins if e.cls == cls]
+            streams = {s for e in members for s in (e.left, e.right)}
+            if not (streams & left and streams & right):
+                continue
+            crossing = [
+                e for e in members
+                if (e.left in left and e.right in right) or (e.left in right and e.right in left)
+            ]  # fmt: skip
+            out.append((crossing or members)[0])
+        return out
 
     def with_join_cost(self, join_cost_s: float, filter_cost_s: float | None = None) -> CostInputs:
         return CostInputs(
@@ -105,6 +114,21 @@ def _window(window: Window | None, rate: float, keys: float | None, stream: str)
     return float(window.size)
 
 
+def _classes(plan: LogicalPlan) -> dict[str, int]:
+    """``stream.column`` -> the number of its equality class (union of the join predicates)."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for j in plan.joins:
+        parent[root(str(j.left))] = root(str(j.right))
+    roots = sorted({root(x) for x in list(parent)})
+    return {x: roots.index(root(x)) for x in list(parent)}
+
+
 def bind(plan: LogicalPlan, stats: PlanStats) -> CostInputs:
     """The plan's streams, filters and joins with ``stats``; a missing figure is a
     :class:`StatsError` that lists every missing key, ready to paste into the file."""
@@ -137,12 +161,13 @@ def bind(plan: LogicalPlan, stats: PlanStats) -> CostInputs:
             tuple_bytes(spec),
         )
     edges = []
+    classes = _classes(plan)
     for j in plan.joins:
         s = stats.selectivity.get(predicate_key(str(j)))
         if s is None:
             missing.append(f'"{j}" = ...   # [selectivity]')
         else:
-            edges.append(JoinEdge(j.left.stream, j.right.stream, str(j), s))
+            edges.append(JoinEdge(j.left.stream, j.right.stream, str(j), s, classes[str(j.left)]))
     extra = sorted(set(stats.streams) - {s.name for s in plan.streams})
     if extra:
         raise StatsError(
