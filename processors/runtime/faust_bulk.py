@@ -326,7 +326,11 @@ class BulkConsumer(faust_aiokafka.Consumer):
         mine = {tp for tp in tps if self.restoring.get(tp) == restore_pass}
         for tp in mine:
             del self.restoring[tp]
-        self.resume_partitions((mine - self.held_back) & set(self.assignment()))
+        try:
+            held = set(self.assignment())
+        except Exception:  # the consumer is stopping: nothing to let go
+            return
+        self.resume_partitions((mine - self.held_back) & held)
 
     def resume_partitions(self, tps: Iterable[TP]) -> None:  # wraps Consumer.resume_partitions
         super().resume_partitions(set(tps) - set(self.restoring))

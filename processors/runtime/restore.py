@@ -151,6 +151,8 @@ class Restorer:
         self.pending -= len(units)
         try:
             consumer = self.consumer()
+            if getattr(consumer, "should_stop", False):
+                return  # the worker is stopping: the next owner restores these units
             if restore_pass == self.passes:  # else a newer rebalance restores what it assigns
                 self._install(consumer, wanted, found)
             consumer.restore_ended(tps, restore_pass)
