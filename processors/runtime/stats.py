@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from topics.avro import encode_single_object, load_schema
 
 STATS_SCHEMA = "stats"
+#: Stats records a worker keeps for its status page (a minute of reports of a few agents)
+RECENT_RECORDS = 600
 
 
 @dataclass
@@ -117,6 +120,8 @@ class StatsBoard:
         self._last_latency_sum: dict[str, float] = {}
         self._last_report_ms = int(time.time() * 1000)
         self._schema = load_schema(STATS_SCHEMA)
+        #: the latest reported records, decoded (the status page's cost model reads them)
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_RECORDS)
 
     def agent(
         self, agent: str, stage: str, plan: Callable[[], dict[str, Any]] = dict
@@ -175,6 +180,7 @@ class StatsBoard:
                 "events": json.dumps(events),
             }
             stats.latency_s_window_max = 0.0
+            self.recent.append(record)
             records.append(encode_single_object(self._schema, record))
         self._last_report_ms = now_ms
         return records

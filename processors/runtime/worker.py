@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.core.batch import Batch
+from processors.core.cost.live import LiveExplain
 from processors.core.partitioning import with_input_partitions
 from processors.core.plan import LogicalPlan
 from processors.physical.build import chain_factory, stage_factory
@@ -299,6 +300,8 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         "partitioning": pipeline.partitioning,
     }
 
+    cost_model = LiveExplain(plan)  # the cost model on this worker's own statistics
+
     @app.page("/streamon/status")
     async def status_page(web: Any, request: Any) -> Any:
         body = {
@@ -308,6 +311,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             "assignment": _assignment(app),
             "exactly_once": None if eo is None else eo.stats(),
             "state": None if snapshots is None else {**snapshots.stats(), **restorer.stats()},
+            "cost_model": cost_model.of(board.recent),
         }
         return web.json(body)
 

@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from processors.core.cost.inputs import bind
+from processors.core.cost.live import live_explain
 from processors.core.cost.measured import measured_stats
 from processors.core.cost.model import evaluate
 from processors.core.cost.shapes import Shape
@@ -97,3 +98,14 @@ def test_figures_from_two_workers_records() -> None:
 def test_a_query_no_worker_ran_is_named() -> None:
     with pytest.raises(StatsError, match="no statistics of query 'q'"):
         measured_stats(plan(), [], "the stats topic")
+
+
+def test_the_status_pages_live_plan_from_a_workers_records() -> None:
+    records = [
+        record("w1", "ingest.r", 100, 10, {}, 2_000),
+        record("w1", "ingest.s", 200, 10, {}, 2_000),
+        record("w1", "mjoin", 10, 5_000_000, {"0": unit(30, 100, 200, 0.5, 100)}, 2_000),
+    ]
+    body = live_explain(plan(), records)
+    assert [p["chosen"] for p in body["plans"]].count(True) == 1 and body["capacity"] == 1.0
+    assert "no statistics" in live_explain(plan(), [])["error"]
