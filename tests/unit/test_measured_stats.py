@@ -69,7 +69,8 @@ def unit(matches: float, left: float, right: float, passed: float, tuples: int) 
         "filter.r[0]": {"kind": "filter", "tuples_in": tuples, "selectivity":
                         {"temperature > 20.0": passed}, "cost_ns": {"temperature > 20.0": 50.0}},
         "mjoin[0]": {"kind": "mjoin", "window_matches": {"r.sensor_id = s.sensor_id":
-                     {"matches": matches, "left": left, "right": right}}},
+                     {"matches": matches, "left": left, "right": right}},
+                     "window_tuples": {"r": left, "s": right}},
     }  # fmt: skip
 
 
@@ -91,6 +92,7 @@ def test_figures_from_two_workers_records() -> None:
     assert got.selectivity["r.sensor_id = s.sensor_id"] == pytest.approx(80 / (300 * 600))
     assert got.selectivity["r.temperature > 20.0"] == pytest.approx((0.5 * 100 + 0.25 * 300) / 400)
     assert got.filter_cost_s == pytest.approx(50e-9)
+    assert (got.streams["r"].window, got.streams["s"].window) == (300, 600)  # all partitions
     handled = evaluate(Shape(("r", "s")), bind(plan(), got)).tuples_per_s
     assert got.join_cost_s == pytest.approx(0.03 * 3 * 2 / (handled * 3))
 

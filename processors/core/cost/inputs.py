@@ -2,9 +2,10 @@
 
 Each stream becomes its rate and its window in tuples: ``ROWS n`` holds n tuples (``PARTITION
 BY k ROWS n``: n per key, times the distinct keys), ``RANGE T`` holds ``rate * T`` on average
-(Sect. 3.1), a stream without a window is unbounded. Filters keep their selectivities, in the
-order a uniform-cost chain runs best (ascending selectivity); join predicates become edges of
-the join graph.
+(Sect. 3.1), a stream without a window is unbounded; a measured size, when the statistics have
+one, replaces these (event time need not pass at the rate tuples arrive: a replay). Filters
+keep their selectivities, in the order a uniform-cost chain runs best (ascending selectivity);
+join predicates become edges of the join graph.
 """
 
 from __future__ import annotations
@@ -54,16 +55,25 @@ class CostInputs:
     filter_cost_s: float
     capacity: float
 
+    def class_selectivity(self, cls: int) -> float:
+        """One equality of class ``cls``: the geometric mean of its predicates' selectivities
+        per equality the class makes (members - 1), so that joining its members in any order
+        multiplies up to the product of its predicates, as eq. 5 does (Observation 1)."""
+        edges = [e for e in self.joins if e.cls == cls]
+        members = {s for e in edges for s in (e.left, e.right)}
+        product = math.prod(e.selectivity for e in edges)
+        return product ** (1.0 / max(1, len(members) - 1))
+
     def selectivity_between(self, left: frozenset[str], right: frozenset[str]) -> float:
-        """The selectivity of joining ``left`` to ``right`` (1: a Cartesian product): one factor
-        per equality class with members on both sides, since the class's other equalities are
-        implied (``a.x = b.x`` and ``a.x = c.x`` make ``b ⋈ c`` a join on x, and ``(a ⋈ b) ⋈ c``
-        one more equality, not two); a declared predicate across the cut gives it, else one of
-        the class's (its columns share their values)."""
-        return math.prod(e.selectivity for e in self.edges_between(left, right))
+        """The selectivity of joining ``left`` to ``right`` (1: a Cartesian product): one
+        equality per class with members on both sides, since the class's others are implied
+        (``a.x = b.x`` and ``a.x = c.x`` make ``b ⋈ c`` a join on x, and ``(a ⋈ b) ⋈ c`` one
+        more equality, not two)."""
+        return math.prod(self.class_selectivity(e.cls) for e in self.edges_between(left, right))
 
     def edges_between(self, left: frozenset[str], right: frozenset[str]) -> list[JoinEdge]:
-        """One predicate per equality class joining ``left`` to ``right`` (see above)."""
+        """One predicate per equality class joining ``left`` to ``right``: a declared one
+        across the cut if there is one, else one of the class's (the equality is implied)."""
         out = []
         for cls in sorted({e.cls for e in self.joins}):
             members = [e for e in self.joins if e.cls == cls]
@@ -97,6 +107,15 @@ TUPLE_OVERHEAD = 16
 def tuple_bytes(spec: StreamSpec) -> float:
     """An estimate of one tuple's bytes in a window (a nullable value adds its null flag)."""
     return TUPLE_OVERHEAD + sum(TYPE_BYTES.get(f.type, 8) + f.nullable for f in spec.fields)
+
+
+def _window_text(window: Window | None) -> str:
+    if window is None:
+        return "UNBOUNDED"
+    if window.kind == "range":
+        return f"RANGE {window.size:,} ms"
+    by = f"PARTITION BY {', '.join(window.partition_by)} " if window.partition_by else ""
+    return f"{by}ROWS {window.size:,}"
 
 
 def _window(window: Window | None, rate: float, keys: float | None, stream: str) -> float:
@@ -151,11 +170,14 @@ def bind(plan: LogicalPlan, stats: PlanStats) -> CostInputs:
             else:
                 filters.append((str(f), s))
         window = plan.windows.get(spec.name)
+        size = (
+            got.window if got.window is not None else _window(window, got.rate, got.keys, spec.name)
+        )
         streams[spec.name] = StreamInput(
             spec.name,
             got.rate,
-            _window(window, got.rate, got.keys, spec.name),
-            "UNBOUNDED" if window is None else str(window).partition(" ")[2],
+            size,
+            _window_text(window),
             window is not None and window.kind == "rows",
             tuple(sorted(filters, key=lambda fs: fs[1])),
             tuple_bytes(spec),

@@ -5,6 +5,8 @@ records, their ``plan`` holding each unit's stage statistics):
 
 - each stream's rate: its ingest agent's tuples over the time its records span, added up over
   the workers (each reports the partitions it holds);
+- window sizes: the MJoin's windows, over every partition (event time may pass faster or slower
+  than the tuples arrive, as in a replay, so ``rate * T`` need not hold);
 - join selectivities: from the MJoin's windows (``window_matches``: matches of one side in the
   other, with both window sizes), the latest figures of every partition added up, f = matches
   over the product of the summed windows (a co-partitioned join matches within partitions);
@@ -80,6 +82,16 @@ def _stages(unit: dict[str, Any], kind: str) -> list[tuple[str, dict[str, Any]]]
     return [(n, s) for n, s in unit.items() if isinstance(s, dict) and s.get("kind") == kind]
 
 
+def window_sizes(units: list[dict[str, Any]]) -> dict[str, float]:
+    """Stream -> tuples in its MJoin window, over every partition (the latest figures)."""
+    sizes: dict[str, float] = {}
+    for unit in units:
+        for _, stage in _stages(unit, "mjoin"):
+            for name, n in (stage.get("window_tuples") or {}).items():
+                sizes[name] = sizes.get(name, 0.0) + float(n)
+    return sizes
+
+
 def join_selectivities(units: list[dict[str, Any]]) -> dict[str, float]:
     """Predicate -> f from the MJoin units' ``window_matches`` (see the module docstring)."""
     sums: dict[str, list[float]] = {}
@@ -120,11 +132,14 @@ def measured_stats(plan: LogicalPlan, records: list[Record], source: str) -> Pla
     if not mine:
         raise StatsError(f"{source}: no statistics of query {plan.name!r} (has a worker run it?)")
     workers = {r["worker_id"] for r in mine}
-    streams = {s.name: StreamStats(_rate(mine, f"ingest.{s.name}")) for s in plan.streams}
-    selectivity: dict[str, float] = {}
     join_agent = "mjoin" if len(plan.streams) > 1 else None
-    if join_agent:
-        selectivity.update(join_selectivities(_latest_units(mine, join_agent)))
+    join_units = _latest_units(mine, join_agent) if join_agent else []
+    windows = window_sizes(join_units)
+    streams = {
+        s.name: StreamStats(_rate(mine, f"ingest.{s.name}"), window=windows.get(s.name))
+        for s in plan.streams
+    }
+    selectivity = join_selectivities(join_units)
     filter_ns: list[float] = []
     for agent in sorted({r["agent"] for r in mine}):
         units = _latest_units(mine, agent)

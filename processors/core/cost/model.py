@@ -135,7 +135,8 @@ def _tree(tree: Tree, inputs: CostInputs, scale: Mapping[str, float], filtered: 
         handled,
         left.window + right.window,  # eq. 11
         handled * inputs.join_cost_s,  # eq. 9
-        ", ".join(f"{e.text} (f={e.selectivity:g})" for e in edges) or "Cartesian product (f=1)",
+        ", ".join(f"{e.text} (f={inputs.class_selectivity(e.cls):g})" for e in edges)
+        or "Cartesian product (f=1)",
         [left, right],
         left.width + right.width,
         left.window * left.width + right.window * right.width,

@@ -6,6 +6,7 @@
     [streams.A]
     rate = 10.0               # tuples per second
     keys = 100                # distinct PARTITION BY keys (only for PARTITION BY ... ROWS n)
+    window = 600              # optional: tuples its window holds, as measured
     [selectivity]
     "A.a = B.a" = 0.5         # join predicates: matches per pair of tuples
     "A.x > 3" = 0.2           # filters: the share of tuples that pass
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 _TOP = {"capacity", "join_cost_ms", "filter_cost_ms", "streams", "selectivity"}
-_STREAM_KEYS = {"rate", "keys"}
+_STREAM_KEYS = {"rate", "keys", "window"}
 
 
 class StatsError(ValueError):
@@ -34,6 +35,8 @@ class StatsError(ValueError):
 class StreamStats:
     rate: float  # tuples per second
     keys: float | None = None  # distinct PARTITION BY keys
+    #: tuples its window holds, measured (None: from the window's definition and the rate)
+    window: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,12 @@ def parse_stats(table: Mapping[str, Any], source: str = "statistics") -> PlanSta
         if "rate" not in entry:
             raise StatsError(f"{where}: missing rate (tuples per second)")
         rate = _number(entry["rate"], f"{where} rate", positive=False)
-        keys = entry.get("keys")
-        streams[name] = StreamStats(rate, None if keys is None else _number(keys, f"{where} keys"))
+        keys, window = entry.get("keys"), entry.get("window")
+        streams[name] = StreamStats(
+            rate,
+            None if keys is None else _number(keys, f"{where} keys"),
+            None if window is None else _number(window, f"{where} window", positive=False),
+        )
     selectivity: dict[str, float] = {}
     raw = table.get("selectivity", {})
     if not isinstance(raw, Mapping):
