@@ -311,9 +311,12 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             "assignment": _assignment(app),
             "exactly_once": None if eo is None else eo.stats(),
             "state": None if snapshots is None else {**snapshots.stats(), **restorer.stats()},
-            "cost_model": cost_model.of(board.recent),
         }
         return web.json(body)
+
+    @app.page("/streamon/explain")
+    async def explain_page(web: Any, request: Any) -> Any:
+        return web.json(cost_model.of(board.recent))
 
     @app.page("/streamon/plan")
     async def plan_page(web: Any, request: Any) -> Any:

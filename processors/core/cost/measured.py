@@ -60,19 +60,23 @@ def _rate(records: list[Record], agent: str) -> float:
 
 
 def _latest_units(records: list[Record], agent: str) -> list[dict[str, Any]]:
-    """The stage statistics of each (worker, partition) unit of ``agent``, latest first seen."""
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in sorted(records, key=lambda r: r["window_end_ms"]):
-        if r["agent"] != agent:
-            continue
+    """The stage statistics of each (worker, partition) unit of ``agent``: each worker's newest
+    record with a plan holds every partition it runs (older records are not parsed)."""
+    newest: dict[str, Record] = {}
+    for r in records:
+        if r["agent"] == agent and (r.get("plan") or "{}") != "{}":
+            seen = newest.get(r["worker_id"])
+            if seen is None or r["window_end_ms"] >= seen["window_end_ms"]:
+                newest[r["worker_id"]] = r
+    units: list[dict[str, Any]] = []
+    for r in newest.values():
         try:
-            plan = json.loads(r.get("plan") or "{}")
+            plan = json.loads(r["plan"])
         except ValueError:
             continue
-        for partition, unit in plan.items() if isinstance(plan, dict) else []:
-            if isinstance(unit, dict):
-                latest[(r["worker_id"], partition)] = unit
-    return list(latest.values())
+        if isinstance(plan, dict):
+            units += [u for u in plan.values() if isinstance(u, dict)]
+    return units
 
 
 def _stages(unit: dict[str, Any], kind: str) -> list[tuple[str, dict[str, Any]]]:
