@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from faust_helpers import TP, make_consumer, run
+from test_state_snapshots import Log
 
 from processors.runtime import restore as restore_module
 from processors.runtime import state_scan
 from processors.runtime.partitions import PartitionUnits
 from processors.runtime.restore import Restorer
 from processors.runtime.state import StateSnapshots
-from tests.unit.faust_helpers import TP, make_consumer, run
-from tests.unit.test_state_snapshots import Log
 
 TOPIC = "in"
 ASSIGNED = {TP(TOPIC, 0), TP(TOPIC, 1)}
