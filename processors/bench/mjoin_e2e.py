@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
-from processors.commands.network_query import keyed, publish, query_text, stored
+from processors.commands.network_query import keyed, publish, query_plan, query_text, stored
 from processors.commands.publish import publish_batch
 from processors.core.batch import Batch
 from processors.physical.runner import QueryRunner
@@ -38,9 +38,7 @@ def _say(text: str) -> None:
 
 
 def expected_results(text: str, inputs: dict[int, list[Batch]]) -> int:
-    scope: dict[str, Any] = {}
-    exec(text, scope)  # noqa: S102 (our own query text)
-    plan = scope["query"].build()
+    plan = query_plan(text)
     total = 0
     for p, batches in inputs.items():
         stages = QueryRunner(plan, p)
@@ -50,9 +48,17 @@ def expected_results(text: str, inputs: dict[int, list[Batch]]) -> int:
 
 
 def run_query(
-    bootstrap: str, state: Path, name: str, text: str, result: str, count: int, tuples: int
+    bootstrap: str,
+    state: Path,
+    name: str,
+    text: str,
+    result: str,
+    count: int,
+    tuples: int,
+    suffix: str = ".py",
 ) -> dict[str, Any]:
-    query_file = state / f"{name}.py"
+    """Run the query ``text`` (a ``suffix`` file: .py or .cql) until ``count`` results."""
+    query_file = state / f"{name}{suffix}"
     query_file.write_text(text)
     worker = WorkerProcess(
         query_file, bootstrap=bootstrap, state_dir=state, worker_id=name, loglevel="warn"
@@ -110,7 +116,9 @@ def _measure(bootstrap: str, state: Path, packets_per_s: float, duration_ms: int
         tuples = published
     count = expected_results(text, stored(bootstrap, stem, 4, PARTITIONS))
     _say(f"published {tuples:,} sightings on 4 router topics; {count:,} join results expected")
-    join = run_query(bootstrap, state, f"{stem}-join", text, f"{stem}.out", count, tuples)
+    join = run_query(
+        bootstrap, state, f"{stem}-join", text, f"{stem}.out", count, tuples, suffix=".cql"
+    )
     _say(f"join: {join['tuples_per_s']:,.0f} input tuples/s (span {join['span_s']:.2f} s)")
 
     topic = f"{stem}.all"

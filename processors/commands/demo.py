@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
-from processors.commands.network_query import publish, query_text, stored
+from processors.commands.network_query import publish, query_plan, query_text, stored
 from processors.physical.fleet import FleetRunner
 from processors.runtime.config import load_settings, resolve_bootstrap
 from processors.workloads.network import NetworkWorkload, default_phases
@@ -68,17 +68,11 @@ def _totals(values: tuple[int, int, int]) -> str:
     return f"total_bytes={values[0]}, packets={values[1]} (sized={values[2]})"
 
 
-def _plan(text: str) -> Any:
-    scope: dict[str, Any] = {}
-    exec(text, scope)  # noqa: S102 (the demo's own query text)
-    return scope["query"].build()
-
-
 def expected_totals(text: str, bootstrap: str, prefix: str) -> tuple[int, int, int]:
     """(total bytes, packets, packets with a size) from the stored records, replayed through
     the same stages on every partition, routed as the worker routes them, each input partition
     idle at the end as the worker sees them once the data stops."""
-    plan = _plan(text)
+    plan = query_plan(text)
     fleet = FleetRunner(plan)
     for p, batches in stored(bootstrap, prefix, 4, PARTITIONS, nullable_size=True).items():
         for i, batch in enumerate(batches):
@@ -116,7 +110,7 @@ def run_demo(records: int = 20_000) -> int:
         name, prefix, result, partitions=PARTITIONS, window_ms=WINDOW_MS, p=0.2, window_tuples=200,
         nullable_size=True, idle_timeout_ms=IDLE_TIMEOUT_MS,
     )  # fmt: skip
-    query_file = settings.state_dir / "demo" / f"{name}.py"
+    query_file = settings.state_dir / "demo" / f"{name}.cql"
     query_file.parent.mkdir(parents=True, exist_ok=True)
     query_file.write_text(text)
     _say("query: SELECT sum(r0.size), count(*) FROM r0..r3 [RANGE 60 s] WHERE all pids equal")
@@ -149,7 +143,7 @@ def run_demo(records: int = 20_000) -> int:
         deadline = time.monotonic() + 120
         want = expected_totals(text, bootstrap, prefix)
         latest: tuple[int, int, int] | None = None
-        schema, store = _plan(text).output_schema, SchemaStore(load=False)
+        schema, store = query_plan(text).output_schema, SchemaStore(load=False)
         store.add(schema)
         while time.monotonic() < deadline:
             wait_for_count(bootstrap, result, 1, 5.0, [worker])

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from processors.core.batch import Batch, VarColumn, null_column
+from processors.core.plan import LogicalPlan
+from processors.cql import parse_cql
 from processors.runtime.producer import RecordProducer
 from processors.workloads.network import (
     NetworkWorkload,
@@ -26,26 +28,21 @@ from topics.admin import read_topic
 from topics.avro import SchemaStore, decode_single_object
 from topics.columnar import RecordCodec
 
-QUERY = """\
-from processors.core.query import Query
-from processors.workloads.network import packet_schema
-query = Query({name!r})
-for r in {routers!r}:
-    query.stream(r, topic={prefix!r} + "." + r, schema=packet_schema(nullable_size={nullable}),
-                 key="pid", timestamp="ts", partitions={partitions})
-    query.window(r, range_ms={window_ms})
-for r in {routers!r}[1:]:
-    query.join("r0.pid", r + ".pid")
-{output}
-query.adapt("agreedy", profile_probability={p}, window_tuples={window_tuples})
-query.idle_timeout({idle_timeout_ms})
-query.into({result!r}, partitions={partitions})
+STREAM = """\
+CREATE STREAM {r} (pid BIGINT NOT NULL, size BIGINT{size_null}, ts BIGINT NOT NULL)
+  WITH (topic = '{prefix}.{r}', key = 'pid', timestamp = 'ts', partitions = {partitions},
+        record = 'streamon.workloads.RouterPacket');
 """
-AGGREGATE = 'query.aggregate(total_bytes=("sum", "r0.size"), packets="count"%s)'
-SIZED = ', sized=("count", "r0.size")'  # with nullable sizes: the joined sightings with a size
-SELECT = (
-    'query.select("r0.pid", "r0.size", first_ts="r0.ts", **{r + "_ts": r + ".ts" for r in %r[1:]})'
-)
+QUERY = """\
+CREATE QUERY "{name}" INTO '{result}' PARTITIONS {partitions}
+  WITH (adapt = 'agreedy', adapt_profile_probability = {p}, adapt_window_tuples = {window_tuples},
+        idle_timeout_ms = {idle_timeout_ms})
+AS SELECT {output}
+FROM {windows}
+WHERE {joins};
+"""
+AGGREGATE = "sum(r0.size) AS total_bytes, count(*) AS packets%s"
+SIZED = ", count(r0.size) AS sized"  # with nullable sizes: the joined sightings with a size
 
 
 def query_text(
@@ -53,13 +50,30 @@ def query_text(
     window_ms: int = 600_000, aggregate: bool = True, p: float = 0.01, window_tuples: int = 1000,
     nullable_size: bool = False, idle_timeout_ms: int = 3_000,
 ) -> str:  # fmt: skip
+    """The query as CQL (a .cql file; :func:`query_plan` builds it): the routers' streams, then
+    the join on pid of their RANGE windows, Example 1's sum or each joined sighting."""
     names = [f"r{i}" for i in range(routers)]
-    output = AGGREGATE % (SIZED if nullable_size else "") if aggregate else SELECT % (names,)
-    return QUERY.format(
-        name=name, routers=names, prefix=prefix, partitions=partitions, window_ms=window_ms,
-        output=output, result=result, p=p, window_tuples=window_tuples, nullable=nullable_size,
-        idle_timeout_ms=idle_timeout_ms,
+    streams = "".join(
+        STREAM.format(r=r, prefix=prefix, partitions=partitions,
+                      size_null="" if nullable_size else " NOT NULL")
+        for r in names
     )  # fmt: skip
+    if aggregate:
+        output = AGGREGATE % (SIZED if nullable_size else "")
+    else:
+        output = ", ".join(["r0.pid", "r0.size", "r0.ts AS first_ts",
+                            *(f"{r}.ts AS {r}_ts" for r in names[1:])])  # fmt: skip
+    return streams + QUERY.format(
+        name=name, result=result, partitions=partitions, p=p, window_tuples=window_tuples,
+        idle_timeout_ms=idle_timeout_ms, output=output,
+        windows=", ".join(f"{r} [RANGE {window_ms} MS]" for r in names),
+        joins=" AND ".join(f"r0.pid = {r}.pid" for r in names[1:]),
+    )  # fmt: skip
+
+
+def query_plan(text: str) -> LogicalPlan:
+    """The plan of a :func:`query_text` query."""
+    return parse_cql(text).query().build()
 
 
 def keyed(batch: Batch) -> Batch:

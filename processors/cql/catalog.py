@@ -4,13 +4,15 @@
       WITH (topic = 'readings', key = 'sensor_id', timestamp = 'ts', partitions = 4);
     CREATE STREAM readings WITH (schema = 'reading', topic = 'readings', timestamp = 'ts');
 
-A column list becomes an Avro record named after the stream, one field per column: nullable
-(a union with null, default null) unless NOT NULL, as in SQL and ksqlDB; the producers' writer
-schema must be the same. ``schema = 'name'`` takes ``schemas/name.avsc`` (or a path) instead.
+A column list becomes an Avro record named after the stream (or ``record = 'ns.Name'``), one
+field per column: nullable (a union with null, default null) unless NOT NULL, as in SQL and
+ksqlDB; the producers' writer schema must be the same. ``schema = 'name'`` takes
+``schemas/name.avsc`` (or a path) instead.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +28,8 @@ AVRO_TYPES = {
     "CHAR": "string", "NVARCHAR": "string", "NCHAR": "string", "BINARY": "bytes",
     "VARBINARY": "bytes",
 }  # fmt: skip
-OPTIONS = ("topic", "key", "timestamp", "partitions", "schema")
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+OPTIONS = ("topic", "key", "timestamp", "partitions", "schema", "record")
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,19 @@ def _column(col: exp.ColumnDef, stream: str) -> dict[str, Any]:
     return {"name": col.name, "type": ["null", avro], "default": None}
 
 
+def _record_name(option: tuple[Any, exp.Expr] | None, stream: str) -> dict[str, str]:
+    """The Avro record's name (and namespace): the stream's, or ``record = 'ns.Name'``, which
+    the producers' schema must have (the single-object fingerprint covers the full name)."""
+    if option is None:
+        return {"name": stream}
+    full, node = option
+    namespace, _, name = str(full).rpartition(".")
+    parts = [*namespace.split("."), name] if namespace else [name]
+    if not all(_AVRO_NAME.fullmatch(p) for p in parts):
+        raise at_node(node, f"record {full!r} is not an Avro name (letters, digits, _ and dots)")
+    return {"name": name, "namespace": namespace} if namespace else {"name": name}
+
+
 def stream_decl(create: exp.Create) -> StreamDecl:
     """The declaration of one parsed ``CREATE STREAM``."""
     target = create.this
@@ -93,6 +109,8 @@ def stream_decl(create: exp.Create) -> StreamDecl:
     columns = target.expressions if isinstance(target, exp.Schema) else []
     if columns and "schema" in options:
         raise at_node(options["schema"][1], "give columns or schema = '...', not both")
+    if "record" in options and "schema" in options:
+        raise at_node(options["record"][1], "record names a column list's schema, not a file's")
     if "schema" in options:
         try:
             schema = load_schema(options["schema"][0])
@@ -100,7 +118,7 @@ def stream_decl(create: exp.Create) -> StreamDecl:
             raise at_node(options["schema"][1], str(exc)) from None
     elif columns:
         fields = [_column(c, name) for c in columns if isinstance(c, exp.ColumnDef)]
-        schema = {"type": "record", "name": name, "fields": fields}
+        schema = {"type": "record", **_record_name(options.get("record"), name), "fields": fields}
     else:
         raise at_node(table, f"stream {name}: give its columns (name TYPE, ...) or schema = '...'")
     ts = options.get("timestamp")

@@ -245,7 +245,7 @@ def _prepare(toks: list[Token]) -> tuple[list[Token], Statement]:
             ], st
         if what == "QUERY":
             st.kind = "query"
-            if len(toks) < 3 or toks[2].token_type != TokenType.VAR:
+            if len(toks) < 3 or toks[2].token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
                 raise at_token(toks[min(2, len(toks) - 1)], "expected CREATE QUERY name ...")
             st.name = toks[2].text
             as_at = next(

@@ -243,3 +243,16 @@ def test_a_bad_setting_is_named_where_it_is(text: str, line: int, column: int, w
     assert (err.value.line, err.value.col) == (line, column) and words in err.value.reason, str(
         err.value
     )
+
+
+def test_a_column_list_can_name_its_avro_record_and_a_query_can_be_quoted() -> None:
+    script = parse_cql(
+        "CREATE STREAM s (a BIGINT NOT NULL, ts BIGINT NOT NULL) WITH (topic = 's', "
+        "timestamp = 'ts', record = 'streamon.workloads.RouterPacket');"
+        "CREATE QUERY \"demo-1\" INTO 'out' AS SELECT s.a FROM s;"
+    )
+    schema = script.streams["s"].schema
+    assert (schema["name"], schema["namespace"]) == ("RouterPacket", "streamon.workloads")
+    assert script.query().build().name == "demo-1"
+    with pytest.raises(CqlError, match="not an Avro name"):
+        parse_cql("CREATE STREAM s (a BIGINT) WITH (topic = 's', record = 'x..y');")

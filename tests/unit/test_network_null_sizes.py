@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from processors.commands.network_query import query_text
+from processors.commands.network_query import query_plan, query_text
 from processors.core.batch import null_column
 from processors.physical.runner import QueryRunner
 from processors.workloads.network import (
@@ -66,9 +66,8 @@ def test_null_sizes_round_trip_through_the_codec() -> None:
 def test_the_demo_query_sums_only_recorded_sizes(seed: int) -> None:
     window = 60_000
     workload = NetworkWorkload(packets_per_s=5.0, duration_ms=400_000, seed=seed, null_sizes=0.3)
-    scope: dict = {}
-    exec(query_text("q", "p", "p.out", partitions=1, window_ms=window, nullable_size=True), scope)  # noqa: S102
-    runner = QueryRunner(scope["query"].build(), 0)
+    text = query_text("q", "p", "p.out", partitions=1, window_ms=window, nullable_size=True)
+    runner = QueryRunner(query_plan(text), 0)
     batches = NetworkWorkloadRun(workload).next_batches(10**9)
     for name, batch in zip(workload.stream_names, batches, strict=True):
         runner.push(name, batch)
