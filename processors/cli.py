@@ -6,12 +6,11 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from processors.commands.experiment_cmd import ExperimentHelp, run_experiment_command
 from processors.core.scheduling.config import POLICY_NAMES
 from processors.runtime.broker import BrokerError, broker_status, start_broker, stop_broker
 from processors.runtime.config import ConfigError, load_settings, resolve_bootstrap
@@ -132,60 +131,6 @@ def _analyze(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None,
     )  # fmt: skip
     return run_analyze(spec, master=args.master)
-
-
-def _natural(name: str) -> list[object]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-
-def experiment_names_text() -> str:
-    """The experiments by name, for ``experiment --help`` (imports them: about 1.5 s)."""
-    from processors.experiments import LIVE_EXPERIMENTS, all_experiments
-
-    def block(title: str, names: list[str]) -> str:
-        body = textwrap.fill(", ".join(sorted(names, key=_natural)), 88, break_on_hyphens=False)
-        return f"{title}\n{textwrap.indent(body, '  ')}"
-
-    return "\n\n".join([
-        block("experiments (in the simulator or in process; 'all' runs every one):",
-              list(all_experiments())),
-        block("live experiments (workers on the broker, minutes each; by name only):",
-              list(LIVE_EXPERIMENTS)),
-    ])  # fmt: skip
-
-
-class _ExperimentHelp(argparse.Action):
-    """``experiment -h``: lists the experiments, imported only when help is asked for."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
-                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # fmt: skip
-        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        parser.epilog = experiment_names_text()
-        parser.print_help()
-        parser.exit()
-
-
-def _experiment(args: argparse.Namespace) -> int:
-    from processors.experiments import EXPERIMENTS, LIVE_EXPERIMENTS, run_experiment
-
-    if args.name in LIVE_EXPERIMENTS:  # on the broker, with workers: not part of "all"
-        paths = LIVE_EXPERIMENTS[args.name](
-            Path(args.out), scale=args.scale, seed=args.seed, json_path=args.json
-        )
-        for path in paths:
-            print(f"wrote {path}")
-        return 0
-    names = sorted(EXPERIMENTS) if args.name == "all" else [args.name]
-    for name in names:
-        if name not in EXPERIMENTS:
-            known = sorted([*EXPERIMENTS, *LIVE_EXPERIMENTS])
-            raise ValueError(f"unknown experiment {name!r}; choose one of {known}")
-    for name in names:
-        for path in run_experiment(name, Path(args.out), scale=args.scale, seed=args.seed):
-            print(f"wrote {path}")
-    return 0
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -380,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
         "experiment", help="reproduce a paper experiment (CSV and PNG); NAME or 'all'",
         add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    experiment.add_argument("-h", "--help", action=_ExperimentHelp, help="list the experiments")
+    experiment.add_argument("-h", "--help", action=ExperimentHelp, help="list the experiments")
     experiment.add_argument("name", help="an experiment's name (listed below) or 'all'")
     experiment.add_argument("--out", default="docs/experiments", help="output directory")
     experiment.add_argument("--scale", type=float, default=1.0, help="1.0: full size")
@@ -388,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument(
         "--json", default=None, help="chain-live: write the summary figures to this JSON file"
     )
-    experiment.set_defaults(func=_experiment)
+    experiment.set_defaults(func=run_experiment_command)
 
     control = sub.add_parser(
         "control", help="change a running query's scheduling policy (all its workers)"

@@ -31,7 +31,7 @@ from topics.columnar import RecordCodec
 STREAM = """\
 CREATE STREAM {r} (pid BIGINT NOT NULL, size BIGINT{size_null}, ts BIGINT NOT NULL)
   WITH (topic = '{prefix}.{r}', key = 'pid', timestamp = 'ts', partitions = {partitions},
-        record = 'streamon.workloads.RouterPacket');
+        record = '{record}');
 """
 QUERY = """\
 CREATE QUERY "{name}" INTO '{result}' PARTITIONS {partitions}
@@ -53,8 +53,10 @@ def query_text(
     """The query as CQL (a .cql file; :func:`query_plan` builds it): the routers' streams, then
     the join on pid of their RANGE windows, Example 1's sum or each joined sighting."""
     names = [f"r{i}" for i in range(routers)]
+    schema = packet_schema()  # the record name the publisher writes (its fingerprint)
+    record = f"{schema['namespace']}.{schema['name']}"
     streams = "".join(
-        STREAM.format(r=r, prefix=prefix, partitions=partitions,
+        STREAM.format(r=r, prefix=prefix, partitions=partitions, record=record,
                       size_null="" if nullable_size else " NOT NULL")
         for r in names
     )  # fmt: skip
