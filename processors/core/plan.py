@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
 from processors.core.batch import NULL_SUFFIX, null_column
+from processors.core.join_tree import JoinTree, tree_text
 from processors.core.ordering.config import OrderingConfig
 from processors.core.scheduling.config import SchedulingConfig
 
@@ -261,6 +262,8 @@ class LogicalPlan:
     #: CQL's relation-to-stream operator (Query.emit): "istream" writes only the result
     #: relation's inserts, "dstream" only its deletes (as plain records); None: every change
     stream_op: str | None = None
+    #: run the join as this tree of two-way joins (Query.join_tree); None: one MJoin
+    join_tree: JoinTree | None = None
 
     def stream(self, name: str) -> StreamSpec:
         return next(s for s in self.streams if s.name == name)
@@ -338,6 +341,7 @@ class LogicalPlan:
             "operators": [str(o) for o in self.operators],
             "scheduling": self.scheduling_config.to_json(),
             "stream_op": self.stream_op,
+            "join_tree": None if self.join_tree is None else tree_text(self.join_tree),
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],
             "output": {
                 "topic": self.result_topic,

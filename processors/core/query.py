@@ -31,6 +31,7 @@ from typing import Any
 
 from processors.core.columns import Col, Predicate, col, parse_ref
 from processors.core.equivalence import join_key
+from processors.core.join_tree import JoinTree, JoinTreeError, check_join_tree
 from processors.core.ordering.config import OrderingConfig
 from processors.core.plan import (
     AGGREGATE_FUNCS,
@@ -91,6 +92,7 @@ class Query(QuerySettings):
         self._operators: list[SyntheticOperator | OperatorNode] = []
         self._scheduling: SchedulingConfig | None = None
         self._stream_op: str | None = None
+        self._join_tree: JoinTree | None = None
 
     @classmethod
     def from_cql(cls, text: str, catalog: str | None = None, name: str = "query") -> Query:
@@ -322,6 +324,11 @@ class Query(QuerySettings):
             )
         self._check_ordering(filters)
         operators = self._checked_operators(windows, joins, aggregates)
+        if self._join_tree is not None:
+            try:
+                check_join_tree(self._join_tree, [s.name for s in streams])
+            except JoinTreeError as exc:
+                raise QueryError(str(exc)) from None
         return LogicalPlan(
             name=self.name,
             streams=streams,
@@ -344,6 +351,7 @@ class Query(QuerySettings):
             operators=operators,
             scheduling=self._scheduling,
             stream_op=self._stream_op,
+            join_tree=self._join_tree,
         )
 
     def _checked_operators(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
+from processors.core.join_tree import JoinTree, JoinTreeError, parse_join_tree
 from processors.core.ordering.config import OrderingConfig, OrderingConfigError
 from processors.core.plan import GUARANTEES, QueryError
 from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
@@ -21,6 +22,7 @@ class QuerySettings:
     _ordering: OrderingConfig | None
     _scheduling: SchedulingConfig | None
     _guarantee: str
+    _join_tree: JoinTree | None
 
     def lateness(self, ms: int) -> Self:
         """How late (in event time) a tuple may arrive and still enter its window in order."""
@@ -92,4 +94,16 @@ class QuerySettings:
                 f"processing_guarantee(): {guarantee!r} is not one of {', '.join(GUARANTEES)}"
             )
         self._guarantee = guarantee
+        return self
+
+    def join_tree(self, tree: object) -> Self:
+        """Run the join as a tree of two-way symmetric window joins whose intermediate results
+        are kept (Ayad & Naughton, Fig. 3) instead of one MJoin: ``"(a, b), c"`` or
+        ``[["a", "b"], "c"]`` over the streams' names. The results are the same; which plan is
+        cheaper depends on rates and selectivities (``streamon explain`` weighs them). A tree's
+        join orders are fixed: only the MJoin adapts them."""
+        try:
+            self._join_tree = parse_join_tree(tree)
+        except JoinTreeError as exc:
+            raise QueryError(str(exc)) from None
         return self

@@ -1,7 +1,7 @@
 """``CREATE QUERY name ... WITH (setting = value, ...)``: how the query runs, as Query settings.
 
     WITH (idle_timeout_ms = 1000, lateness_ms = 0, memory_limit_mb = 512,
-          processing_guarantee = 'exactly_once',
+          processing_guarantee = 'exactly_once', join_tree = '(a, b), c',
           adapt = 'agreedy', adapt_profile_probability = 0.2, adapt_window_tuples = 200,
           schedule = 'chain-flush', schedule_latency_ms = 50)
 
@@ -25,6 +25,7 @@ PLAIN = {
     "lateness_ms": "lateness",
     "memory_limit_mb": "memory_limit",
     "processing_guarantee": "processing_guarantee",
+    "join_tree": "join_tree",
 }
 GROUPS = ("adapt", "schedule")
 

@@ -131,7 +131,8 @@ def _general(plan: LogicalPlan) -> PhysicalPlan:
         # co-partitioned with its inputs: partition p of every stream feeds partition p
         assert all(part.streams[s.name] == part.join for s in plan.streams)
         finish = not plan.aggregates
-        nodes = (StageNode("mjoin"), *((StageNode("project"),) if finish else ()))
+        join = StageNode("mjoin" if plan.join_tree is None else "join_tree")
+        nodes = (join, *((StageNode("project"),) if finish else ()))
         steps.append(
             Step(
                 "mjoin", "mjoin", {ingest[s.name]: s.name for s in plan.streams}, agg_in,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from processors.core.joins.graph import Side
 from processors.core.partitioning import partitioning
 from processors.core.plan import LogicalPlan, OperatorNode, QueryError
 from processors.core.predicates import plan_predicates
@@ -15,6 +16,7 @@ from processors.physical.steps import StageNode
 from processors.stages.aggregate_stage import Aggregate, AggregateStage
 from processors.stages.base import PassThroughStage, Stage
 from processors.stages.filter_stage import FilterStage
+from processors.stages.join_tree_stage import JoinTreeStage
 from processors.stages.merge_stage import MergeStage
 from processors.stages.mjoin_stage import MJoinStage
 from processors.stages.shape_stages import ProjectStage, RowIdsStage, joined_name
@@ -74,15 +76,29 @@ def _row_ids(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     return RowIdsStage(name=f"row_ids.{node.stream}[{partition}]")
 
 
-def _mjoin(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
+def _join_inputs(plan: LogicalPlan) -> tuple[list[str], list[tuple[Side, Side]]]:
     names = [s.name for s in plan.streams]
     predicates = [
         ((names.index(j.left.stream), j.left.field), (names.index(j.right.stream), j.right.field))
         for j in plan.joins
     ]
+    return names, predicates
+
+
+def _mjoin(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
+    names, predicates = _join_inputs(plan)
     config = plan.ordering_config
     return MJoinStage(
         names, predicates, config.with_(seed=config.seed + partition), name=f"mjoin[{partition}]",
+        idle_timeout_ms=plan.idle_timeout_ms,
+    )  # fmt: skip
+
+
+def _join_tree(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
+    names, predicates = _join_inputs(plan)
+    assert plan.join_tree is not None
+    return JoinTreeStage(
+        names, predicates, plan.join_tree, name=f"join_tree[{partition}]",
         idle_timeout_ms=plan.idle_timeout_ms,
     )  # fmt: skip
 
@@ -120,6 +136,7 @@ STAGE_KINDS: dict[str, StageKind] = {
     "window": StageKind(_window, stateful=True),
     "row_ids": StageKind(_row_ids, stateful=True),
     "mjoin": StageKind(_mjoin, stateful=True),
+    "join_tree": StageKind(_join_tree, stateful=True),
     "aggregate": StageKind(_aggregate, stateful=True),
     "project": StageKind(_project),
     "synthetic": StageKind(_synthetic),

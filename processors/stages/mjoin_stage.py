@@ -46,14 +46,9 @@ log = logging.getLogger(__name__)
 EPOCH_SLICE = 16_384  # deltas per pipeline pass
 
 
-def _wall_ms() -> int:
+def wall_ms() -> int:
+    """The wall clock in ms (what plan-change reports are stamped with)."""
     return time.time_ns() // 1_000_000
-
-
-def _concat_columns(parts: list[Column]) -> Column:
-    if isinstance(parts[0], VarColumn):
-        return VarColumn.concat(parts)  # type: ignore[arg-type]
-    return np.concatenate(parts)  # type: ignore[arg-type]
 
 
 class _Run:
@@ -86,7 +81,7 @@ class MJoinStage(StageBase):
         predicates: Sequence[tuple[Side, Side]],
         config: OrderingConfig | None = None,
         name: str = "mjoin",
-        clock_ms: Callable[[], int] = _wall_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         idle_timeout_ms: int = 3_000,
     ) -> None:
         self.name = name
@@ -205,19 +200,24 @@ class MJoinStage(StageBase):
             parts.append(self._take_released(i, low))
         if all(p is None for p in parts):
             return []
-        gens = self._number(parts)
+        results = self._join_epoch(parts, self._number(parts))
+        return [self._assemble(results)] if results else []
+
+    def _join_epoch(
+        self, parts: list[Batch | None], gens: list[np.ndarray]
+    ) -> list[tuple[np.ndarray, Batch]]:
+        """One epoch's deltas into the windows and through the pipelines: (sequence numbers,
+        results) pieces, and the windows left without this epoch's deletes."""
         for i, part in enumerate(parts):
             if part is not None:
                 inserts = np.flatnonzero(part.sign == INSERT)
                 self.stores[i].insert(part.take(inserts), gens[i][inserts])
-        live: list[np.ndarray | None] = []
-        for i, part in enumerate(parts):
-            live.append(None if part is None else self._mark_deletes(i, part, gens[i]))
+        live = [
+            None if p is None else self._mark_deletes(i, p, gens[i])[0] for i, p in enumerate(parts)
+        ]
         results = []
-        for i, part in enumerate(parts):
-            if part is not None and live[i] is not None and len(live[i]):  # type: ignore[arg-type]
-                rows = live[i]
-                assert rows is not None
+        for i, (part, rows) in enumerate(zip(parts, live, strict=True)):
+            if part is not None and rows is not None and len(rows):
                 # slices of deltas, so that one call's intermediate results stay bounded
                 for lo in range(0, len(rows), EPOCH_SLICE):
                     chunk = rows[lo : lo + EPOCH_SLICE]
@@ -226,9 +226,7 @@ class MJoinStage(StageBase):
                         results.append(out)
         for store in self.stores:
             store.remove_dying()
-        if not results:
-            return []
-        return [self._assemble(results)]
+        return results
 
     def _take_released(self, i: int, low: int | None) -> Batch | None:
         if not self._buffers[i]:
@@ -252,24 +250,24 @@ class MJoinStage(StageBase):
         bounds = np.cumsum([0, *sizes])
         return [gen[bounds[i] : bounds[i + 1]] for i in range(self.n)]
 
-    def _mark_deletes(self, i: int, part: Batch, gen: np.ndarray) -> np.ndarray:
-        """Mark this epoch's deletes of input i; returns the rows that join (unknown deletes
-        go to the dead letters)."""
+    def _mark_deletes(self, i: int, part: Batch, gen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mark this epoch's deletes of input i: the rows that join and each row's slot (-1
+        but for deletes). Deletes of unknown row ids go to the dead letters."""
+        slots = np.full(len(part), -1, np.int64)
         deletes = np.flatnonzero(part.sign == DELETE)
-        if len(deletes) == 0:
-            return np.arange(len(part), dtype=np.int64)
-        rids = part.columns[ROW_ID][deletes]
-        slots = self.stores[i].mark_deleted(rids, gen[deletes])  # type: ignore[arg-type]
-        unknown = deletes[slots < 0]
+        if len(deletes):
+            rids = part.columns[ROW_ID][deletes]
+            slots[deletes] = self.stores[i].mark_deleted(rids, gen[deletes])  # type: ignore[arg-type]
+        unknown = deletes[slots[deletes] < 0]
         if len(unknown) == 0:
-            return np.arange(len(part), dtype=np.int64)
+            return np.arange(len(part), dtype=np.int64), slots
         self.dead_letters.append(
             (part.take(unknown), f"{self.name}: delete of a tuple not in the window of "
              f"{self.names[i]} (unknown {ROW_ID})")
         )  # fmt: skip
         keep = np.ones(len(part), np.bool_)
         keep[unknown] = False
-        return np.flatnonzero(keep)
+        return np.flatnonzero(keep), slots
 
     # -- one pipeline -------------------------------------------------------------------------
     def _values(self, pipe: Pipeline, delta: Batch, run: _Run, e: int, col: str) -> np.ndarray:

@@ -76,10 +76,12 @@ def engine_results(
     preds: list,
     rng: np.random.Generator,
     config: OrderingConfig,
+    join: MJoinStage | None = None,
 ) -> list[Batch]:
+    """Feed the streams' window deltas to ``join`` (an MJoin by default) in random batches
+    and interleavings; every result batch."""
     n = len(streams)
-    names = [f"s{i}" for i in range(n)]
-    join = MJoinStage(names, preds, config)
+    join = join or MJoinStage([f"s{i}" for i in range(n)], preds, config)
     fronts = [WindowStage(w) if w is not None else RowIds() for w in windows]
     pos = [0] * n
     out: list[Batch] = []

@@ -79,18 +79,23 @@ def _latest_units(records: list[Record], agent: str) -> list[dict[str, Any]]:
     return units
 
 
-def _stages(unit: dict[str, Any], kind: str) -> list[tuple[str, dict[str, Any]]]:
-    """(stage name, statistics) of the ``kind`` stages of one unit (a chain or one stage)."""
-    if unit.get("kind") == kind:
-        return [(kind, unit)]
-    return [(n, s) for n, s in unit.items() if isinstance(s, dict) and s.get("kind") == kind]
+#: the stage kinds that join the streams: an MJoin or a tree of two-way joins
+JOINS = ("mjoin", "join_tree")
+
+
+def _stages(unit: dict[str, Any], *kinds: str) -> list[tuple[str, dict[str, Any]]]:
+    """(stage name, statistics) of the stages of these kinds of one unit (a chain or one
+    stage)."""
+    if unit.get("kind") in kinds:
+        return [(str(unit["kind"]), unit)]
+    return [(n, s) for n, s in unit.items() if isinstance(s, dict) and s.get("kind") in kinds]
 
 
 def window_sizes(units: list[dict[str, Any]]) -> dict[str, float]:
     """Stream -> tuples in its MJoin window, over every partition (the latest figures)."""
     sizes: dict[str, float] = {}
     for unit in units:
-        for _, stage in _stages(unit, "mjoin"):
+        for _, stage in _stages(unit, *JOINS):
             for name, n in (stage.get("window_tuples") or {}).items():
                 sizes[name] = sizes.get(name, 0.0) + float(n)
     return sizes
@@ -100,7 +105,7 @@ def join_selectivities(units: list[dict[str, Any]]) -> dict[str, float]:
     """Predicate -> f from the MJoin units' ``window_matches`` (see the module docstring)."""
     sums: dict[str, list[float]] = {}
     for unit in units:
-        for _, stage in _stages(unit, "mjoin"):
+        for _, stage in _stages(unit, *JOINS):
             for text, m in (stage.get("window_matches") or {}).items():
                 acc = sums.setdefault(predicate_key(text), [0.0, 0.0, 0.0])
                 acc[0] += m["matches"]

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from processors.core.join_tree import JoinTree
+
 MAX_EXHAUSTIVE = 7
 
 
@@ -71,9 +73,21 @@ class Shape:
             return "mjoin"
         return _order(self.tree)
 
+    def join_tree(self) -> JoinTree | None:
+        """The tree as a query's ``join_tree`` setting takes it (None: an MJoin or one stream)."""
+        return (
+            None if self.tree is None or isinstance(self.tree, Leaf) else _as_join_tree(self.tree)
+        )
+
     def text(self) -> str:
         core = f"MJoin({', '.join(self.streams)})" if self.tree is None else self.tree.text()
         return core if self.filters_at == "inputs" else f"{core}, filters on the result"
+
+
+def _as_join_tree(tree: Tree) -> JoinTree:
+    if isinstance(tree, Leaf):
+        return tree.stream
+    return (_as_join_tree(tree.left), _as_join_tree(tree.right))
 
 
 def _left_deep(tree: Tree) -> bool:
