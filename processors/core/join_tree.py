@@ -51,6 +51,12 @@ def tree_text(tree: JoinTree) -> str:
     return f"{side(tree[0])}, {side(tree[1])}"
 
 
+def unordered(tree: JoinTree) -> object:
+    """``tree`` with the sides of each join unordered: equal for a tree and its mirror
+    images (which compute the same joins)."""
+    return tree if isinstance(tree, str) else frozenset({unordered(tree[0]), unordered(tree[1])})
+
+
 def check_join_tree(tree: JoinTree, streams: Sequence[str]) -> None:
     """QueryError unless ``tree`` joins exactly ``streams``, each once."""
     names = leaves(tree)

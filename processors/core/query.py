@@ -292,6 +292,14 @@ class Query(QuerySettings):
         self._operators.append(OperatorNode(kind, name, tuple(sorted(params.items()))))
         return self
 
+    def check_join_tree(self) -> None:
+        """QueryError unless the join tree (if any) joins the declared streams, each once."""
+        if self._join_tree is not None:
+            try:
+                check_join_tree(self._join_tree, list(self._streams))
+            except JoinTreeError as exc:
+                raise QueryError(str(exc)) from None
+
     def build(self) -> LogicalPlan:
         """The validated plan; the first problem found raises QueryError."""
         if not self._streams:
@@ -324,11 +332,7 @@ class Query(QuerySettings):
             )
         self._check_ordering(filters)
         operators = self._checked_operators(windows, joins, aggregates)
-        if self._join_tree is not None:
-            try:
-                check_join_tree(self._join_tree, [s.name for s in streams])
-            except JoinTreeError as exc:
-                raise QueryError(str(exc)) from None
+        self.check_join_tree()
         return LogicalPlan(
             name=self.name,
             streams=streams,

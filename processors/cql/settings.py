@@ -49,6 +49,8 @@ def apply_settings(q: Query, settings: dict[str, tuple[Any, Token]]) -> None:
             raise at_token(tok, f"unknown setting {name!r}; expected one of {', '.join(known)}")
     for group, (value, tok) in heads.items():
         _call(tok, getattr(q, group), value, **grouped[group])
+    if "join_tree" in settings:  # the FROM list is known: the tree must join it
+        _call(settings["join_tree"][1], q.check_join_tree)
 
 
 def _call(tok: Token, method: Any, *args: Any, **kwargs: Any) -> None:

@@ -78,6 +78,32 @@ def test_explain_writes_every_plan_with_the_issue_keys(tmp_path: Path) -> None:
     assert [p["chosen"] for p in body["plans"]].count(True) == 1
     assert body["plans"][0]["order"] == ["A", "B", "C"] and body["plans"][0]["chosen"]
     assert "chosen: (A ⋈ B) ⋈ C" in text and "utilization 0.125" in text
+    assert "run it with join_tree = '(A, B), C'" in text
+
+
+def test_every_plan_explain_lists_runs_as_its_join_tree_says() -> None:
+    """Each binary plan's ``join_tree`` is a setting the query takes, for the same tree; the
+    worker's live view marks the plan it runs (here plan (c), a Cartesian product)."""
+    from processors.core.cost.live import _runs
+    from processors.core.cost.render import plan_json
+    from processors.core.join_tree import parse_join_tree, unordered
+    from processors.core.query import Query
+
+    text = EXAMPLE1.read_text()
+    for r in optimize(example1(0.5)).plans:
+        entry = plan_json(r)
+        assert entry["executable"] == (r.cost.shape.filters_at == "inputs")
+        if entry["shape"] == "mjoin":
+            assert entry["join_tree"] is None
+            continue
+        shape_tree = r.cost.shape.join_tree()
+        assert shape_tree is not None
+        head = f"CREATE QUERY q WITH (join_tree = '{entry['join_tree']}') AS SELECT A.a"
+        cql = text.replace("SELECT A.a", head)
+        plan = Query.from_cql(cql).build()
+        assert plan.join_tree is not None and unordered(plan.join_tree) == unordered(shape_tree)
+        assert _runs(plan, entry) == entry["executable"]
+        assert unordered(parse_join_tree(entry["join_tree"])) == unordered(shape_tree)
 
 
 def _random_inputs(draw: st.DrawFn, n: int) -> CostInputs:

@@ -170,3 +170,63 @@ def test_join_tree_text() -> None:
         check_join_tree((("a", "b"), "c"), ["a", "b", "c", "d"])
     with pytest.raises(JoinTreeError, match="a more than once"):
         check_join_tree((("a", "b"), "a"), ["a", "b"])
+
+
+CQL = """
+CREATE STREAM a (k BIGINT NOT NULL, x BIGINT NOT NULL, ts BIGINT NOT NULL)
+  WITH (topic = 'ta', timestamp = 'ts');
+CREATE STREAM b (k BIGINT NOT NULL, y BIGINT NOT NULL, ts BIGINT NOT NULL)
+  WITH (topic = 'tb', timestamp = 'ts');
+CREATE STREAM c (y BIGINT NOT NULL, z BIGINT NOT NULL, ts BIGINT NOT NULL)
+  WITH (topic = 'tc', timestamp = 'ts');
+CREATE QUERY q INTO 'out' {settings} AS
+SELECT a.x, count(*) AS n, sum(c.z) AS total
+FROM a [ROWS 6], b [RANGE 40 MS], c [PARTITION BY y ROWS 2]
+WHERE a.k = b.k AND b.y = c.y
+GROUP BY a.x;
+"""
+
+
+@pytest.mark.parametrize("tree", ["(a, b), c", "(a, c), b", "a, (b, c)"])
+def test_a_cql_query_runs_as_a_join_tree_with_the_mjoins_results(tree: str) -> None:
+    """The whole plan (windows, the join, GROUP BY) with ``join_tree`` gives, batch for batch,
+    the MJoin plan's results; the plan names the tree and the step runs a JoinTreeStage."""
+    from processors.core.query import Query
+    from processors.physical.runner import QueryRunner
+
+    plans = {
+        shape: Query.from_cql(CQL.format(settings=settings)).build()
+        for shape, settings in [("mjoin", ""), ("tree", f"WITH (join_tree = '{tree}')")]
+    }
+    assert plans["tree"].to_json()["join_tree"] == tree
+    runners = {shape: QueryRunner(plan) for shape, plan in plans.items()}
+    assert isinstance(runners["tree"].stage("join_tree"), JoinTreeStage)
+    assert runners["mjoin"].stage("join_tree") is None
+    rng = np.random.default_rng(5)
+    outputs: dict[str, list[Counter]] = {"mjoin": [], "tree": []}
+    clock = {s: 0 for s in "abc"}
+    for _ in range(60):
+        s = "abc"[int(rng.integers(0, 3))]
+        m = int(rng.integers(1, 5))
+        ts = clock[s] + np.cumsum(rng.integers(0, 4, m)).astype(np.int64)
+        clock[s] = int(ts[-1])
+        cols = {"k": rng.integers(0, 3, m), "x": rng.integers(0, 3, m), "y": rng.integers(0, 3, m),
+                "z": rng.integers(0, 100, m)}  # fmt: skip
+        fields = {"a": ("k", "x"), "b": ("k", "y"), "c": ("y", "z")}[s]
+        batch = Batch.inserts({f: cols[f].astype(np.int64) for f in fields} | {"ts": ts}, ts)
+        for shape, runner in runners.items():
+            outputs[shape] += [_rows(b) for b in runner.push(s, batch)]
+    for shape, runner in runners.items():
+        outputs[shape] += [_rows(b) for b in runner.flush()]
+    assert sum(sum(c.values()) for c in outputs["mjoin"]) > 20
+    assert outputs["tree"] == outputs["mjoin"]
+
+
+def test_a_join_tree_that_does_not_fit_the_query_is_refused() -> None:
+    from processors.core.query import Query
+    from processors.cql import CqlError
+
+    with pytest.raises(CqlError, match=r"join_tree.*d missing|no stream named d"):
+        Query.from_cql(CQL.format(settings="WITH (join_tree = '(a, b), d')")).build()
+    with pytest.raises(CqlError, match="third subtree"):
+        Query.from_cql(CQL.format(settings="WITH (join_tree = 'a, b, c')")).build()

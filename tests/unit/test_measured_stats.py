@@ -111,3 +111,25 @@ def test_the_status_pages_live_plan_from_a_workers_records() -> None:
     body = live_explain(plan(), records)
     assert [p["chosen"] for p in body["plans"]].count(True) == 1 and body["capacity"] == 1.0
     assert "no statistics" in live_explain(plan(), [])["error"]
+
+
+def test_the_live_plan_names_the_plan_the_worker_runs() -> None:
+    """The running plan is marked, whether the join runs as an MJoin or a tree given with
+    ``join_tree`` (mirrored here), whose stage reports as ``join_tree`` and is measured all the
+    same. (Three-way shapes: test_cost_model.)"""
+    tree_query = QUERY.replace("CREATE QUERY q AS", "CREATE QUERY q WITH (join_tree = 's, r') AS")
+    tree_plan = parse_cql(tree_query, CATALOG).query().build()
+    for p, kind in ((plan(), "mjoin"), (tree_plan, "join_tree")):
+        join = unit(30, 100, 200, 0.5, 100)
+        join[f"{kind}[0]"] = {**join.pop("mjoin[0]"), "kind": kind}
+        records = [
+            record("w1", "ingest.r", 100, 10, {}, 2_000),
+            record("w1", "ingest.s", 200, 10, {}, 2_000),
+            record("w1", "mjoin", 10, 5_000_000, {"0": join}, 2_000),
+        ]
+        body = live_explain(p, records)
+        assert "error" not in body, body
+        running = body["running"]
+        assert running["executable"]
+        # of two streams, the MJoin is the binary join (the optimizer lists it once)
+        assert running["shape"] == "left-deep" and running["join_tree"] in ("r, s", "s, r")

@@ -1,4 +1,5 @@
-"""The cost model on a worker's own recent statistics: the live plan of its status page."""
+"""The cost model on a worker's own recent statistics: the live plan of its status page, with
+the plan the worker runs (``running``: its MJoin or join tree) beside the best ones."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from processors.core.cost.inputs import bind
 from processors.core.cost.measured import measured_stats
 from processors.core.cost.optimizer import optimize
 from processors.core.cost.render import explain_json
+from processors.core.join_tree import parse_join_tree, unordered
 from processors.core.plan import LogicalPlan
 
 #: plans shown on the status page (the chosen one first)
@@ -28,8 +30,22 @@ def live_explain(plan: LogicalPlan, records: Iterable[Mapping[str, Any]]) -> dic
     except ValueError as exc:  # StatsError: figures not measured yet
         return {"error": str(exc)}
     body = explain_json(plan.name, choice, inputs, figures.source)
+    body["running"] = next((p for p in body["plans"] if _runs(plan, p)), None)
     body["plans"] = body["plans"][:SHOWN]
     return body
+
+
+def _runs(plan: LogicalPlan, entry: Mapping[str, Any]) -> bool:
+    """Whether the EXPLAIN ``entry`` is the plan the worker runs (its join tree or MJoin, the
+    filters on the inputs)."""
+    if not entry["executable"]:
+        return False
+    if len(plan.streams) <= 2:  # one stream, or two: an MJoin of two is the binary join
+        return True
+    if plan.join_tree is None:
+        return bool(entry["shape"] == "mjoin")
+    tree = entry.get("join_tree")
+    return tree is not None and unordered(parse_join_tree(tree)) == unordered(plan.join_tree)
 
 
 class LiveExplain:

@@ -3,7 +3,8 @@
 The JSON form (``--json``) has one entry per plan in ``plans``, best first, with ``order``,
 ``shape``, ``buffer_tuples``, ``buffer_bytes``, ``tuples_per_s``, ``utilization``,
 ``output_per_s``, ``feasible``, ``chosen`` (and ``keep``/``approx_output_per_s`` when the plan is
-infeasible and approximable, Sect. 5.2), plus its ``operators``.
+infeasible and approximable, Sect. 5.2), ``executable`` and ``join_tree`` (the setting that runs
+it), plus its ``operators``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,22 @@ from typing import Any
 from processors.core.cost.inputs import CostInputs
 from processors.core.cost.model import Operator, PlanCost
 from processors.core.cost.optimizer import Choice, Ranked
+from processors.core.cost.shapes import Shape
+from processors.core.join_tree import tree_text
 
-#: the plan shapes the engine runs today (binary join trees: issue 17, item 2)
-EXECUTABLE = frozenset({"mjoin", "single"})
+
+def executable(shape: Shape) -> bool:
+    """Whether the engine runs ``shape``: every join shape, with the filters on the inputs
+    (the engine filters each stream before its window; filters on the result only cost more)."""
+    return shape.filters_at == "inputs"
+
+
+def how_to_run(shape: Shape) -> str:
+    """The query setting that runs ``shape``."""
+    tree = shape.join_tree()
+    if tree is None:
+        return "the default plan" if shape.tree is not None else "the default (an MJoin)"
+    return f"join_tree = '{tree_text(tree)}' (Query.join_tree)"
 
 
 def _n(x: float) -> str:
@@ -83,11 +97,14 @@ def explain_text(name: str, choice: Choice, inputs: CostInputs, source: str) -> 
         f"memory {_n(c.memory_tuples)} tuples ({_bytes(c.memory_bytes)}), "
         f"output {_n(c.output_per_s)} results/s",
     ]
-    if c.shape.form not in EXECUTABLE:
-        runnable = next((r for r in choice.plans if r.cost.shape.form in EXECUTABLE), None)
+    if executable(c.shape):
+        out.append(f"  run it with {how_to_run(c.shape)}")
+    else:
+        runnable = next((r for r in choice.plans if executable(r.cost.shape)), None)
         if runnable is not None:
-            out.append(f"  the engine runs binary join trees not yet: it runs "
-                       f"{runnable.cost.shape.text()} ({verdict(runnable)})")  # fmt: skip
+            out.append(f"  the engine filters each stream before the join: the best plan it "
+                       f"runs is {runnable.cost.shape.text()} ({verdict(runnable)}), with "
+                       f"{how_to_run(runnable.cost.shape)}")  # fmt: skip
     out += ["", *tree_lines(c.root, inputs), "", "plans considered, best first:"]
     header = f"  {'#':>3} {'plan':<36} {'shape':<9} {'buffer':>10} {'tuples/s':>10} "
     out.append(header + f"{'utilization':>11} {'output/s':>9}  verdict")
@@ -130,7 +147,8 @@ def plan_json(r: Ranked) -> dict[str, Any]:
         "output_per_s": c.output_per_s,
         "feasible": c.feasible,
         "chosen": r.chosen,
-        "executable": c.shape.form in EXECUTABLE,
+        "executable": executable(c.shape),
+        "join_tree": None if (t := c.shape.join_tree()) is None else tree_text(t),
         "verdict": verdict(r),
         "operators": _operator_json(c.root),
     }
