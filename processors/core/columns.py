@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from processors.core.expressions import arithmetic_methods
 from processors.core.plan import ColumnRef, Filter, QueryError
 
 
@@ -55,7 +56,8 @@ def _compare(op: str) -> Callable[[Col, Any], Predicate]:
 
 class Col:
     """A column in filters: ``col("r.x") > 30.0``, ``.isin({...})``, ``.between(lo, hi)``,
-    ``.is_null()``, ``.is_not_null()``."""
+    ``.is_null()``, ``.is_not_null()``; in arithmetic for select(): ``col("r.x") * 1.8 + 32``
+    (:mod:`processors.core.expressions`)."""
 
     __slots__ = ("ref",)
     __hash__ = None  # type: ignore[assignment]  # == builds a Predicate, so no hashing
@@ -87,6 +89,10 @@ class Col:
     def is_not_null(self) -> Predicate:
         """SQL ``IS NOT NULL``: true where the field holds a value."""
         return Predicate(self.ref, "is_not_null", ())
+
+
+for _name, _method in arithmetic_methods().items():  # col("r.x") * 1.8 + 32: select() takes it
+    setattr(Col, _name, _method)
 
 
 def col(ref: str) -> Col:

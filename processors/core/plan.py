@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from processors.core.batch import NULL_SUFFIX, null_column
 from processors.core.join_tree import JoinTree, tree_text
+
+if TYPE_CHECKING:  # expressions build on this module
+    from processors.core.expressions import Expr
 from processors.core.ordering.config import OrderingConfig
 from processors.core.scheduling.config import SchedulingConfig
 
@@ -159,11 +162,13 @@ class JoinPredicate:
 
 @dataclass(frozen=True)
 class OutputColumn:
-    """A result field: its name in the result record and the input column it comes from."""
+    """A result field: its name in the result record and the input column it comes from, or
+    the arithmetic it computes (``expr``; ``source`` is then its first column)."""
 
     name: str
     source: ColumnRef
     type: str
+    expr: Expr | None = None
 
 
 AggregateFunc = Literal["count", "sum", "avg", "min", "max"]
@@ -346,7 +351,7 @@ class LogicalPlan:
             "output": {
                 "topic": self.result_topic,
                 "partitions": self.result_partitions,
-                "columns": {c.name: str(c.source) for c in self.output},
+                "columns": {c.name: str(c.expr or c.source) for c in self.output},
                 "schema": self.output_schema,
             },
         }

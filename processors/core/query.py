@@ -31,6 +31,7 @@ from typing import Any
 
 from processors.core.columns import Col, Predicate, col, parse_ref
 from processors.core.equivalence import join_key
+from processors.core.expressions import ColExpr, Expr, result_type
 from processors.core.join_tree import JoinTree, JoinTreeError, check_join_tree
 from processors.core.ordering.config import OrderingConfig
 from processors.core.plan import (
@@ -80,7 +81,7 @@ class Query(QuerySettings):
         self._windows: dict[str, Window] = {}
         self._predicates: list[Predicate] = []
         self._joins: list[tuple[ColumnRef, ColumnRef]] = []
-        self._select: list[tuple[ColumnRef, str | None]] | None = None
+        self._select: list[tuple[ColumnRef | Expr, str | None]] | None = None
         self._result: tuple[str, int | None] | None = None
         self._ordering: OrderingConfig | None = None
         self._group_by: tuple[ColumnRef, ...] | None = None
@@ -190,15 +191,24 @@ class Query(QuerySettings):
         self._joins.append((parse_ref(left, "join()"), parse_ref(right, "join()")))
         return self
 
-    def select(self, *columns: str, **renamed: str) -> Query:
-        """The result's fields: ``select("r.x", "s.y", new_name="s.z")``; default: all fields."""
+    def select(self, *columns: str, **renamed: str | Col | ColExpr) -> Query:
+        """The result's fields: ``select("r.x", "s.y", new_name="s.z")``, and arithmetic by
+        name, ``fahrenheit=col("r.t") * 1.8 + 32`` (:mod:`processors.core.expressions`);
+        default: all fields."""
         if self._select is not None:
             raise QueryError("select() is given twice")
-        chosen = [(parse_ref(c, "select()"), None) for c in columns]
+        chosen: list[tuple[ColumnRef | Expr, str | None]] = [
+            (parse_ref(c, "select()"), None) for c in columns
+        ]
         for alias, ref in renamed.items():
             if not _NAME.fullmatch(alias):
                 raise QueryError(f"select(): output name {alias!r} is not a valid Avro name")
-            chosen.append((parse_ref(ref, "select()"), alias))
+            if isinstance(ref, ColExpr):
+                chosen.append((ref.expr, alias))
+            else:
+                chosen.append(
+                    (ref.ref if isinstance(ref, Col) else parse_ref(ref, "select()"), alias)
+                )
         if not chosen:
             raise QueryError("select() needs at least one column")
         self._select = chosen
@@ -291,6 +301,11 @@ class Query(QuerySettings):
                 )
         self._operators.append(OperatorNode(kind, name, tuple(sorted(params.items()))))
         return self
+
+    def check_expression(self, expr: Expr) -> None:
+        """QueryError unless every column of ``expr`` is a declared numeric field."""
+        what = f"select() {expr}"
+        result_type(expr, lambda ref: self._field(ref, what), what)
 
     def check_join_tree(self) -> None:
         """QueryError unless the join tree (if any) joins the declared streams, each once."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import fastavro
 
+from processors.core.expressions import result_type
 from processors.core.plan import (
     PRIMITIVES,
     AggregateSpec,
@@ -163,6 +164,9 @@ def output_schema(
     enums: dict[str, tuple[Any, ColumnRef]] = {}  # an Avro named type is defined once
     fields = []
     for c in output:
+        if c.expr is not None:
+            fields.append(_expression_field(c, by_name))
+            continue
         info = by_name[c.source.stream].field(c.source.field)
         assert info is not None
         avro = copy.deepcopy(info.avro)
@@ -188,6 +192,22 @@ def output_schema(
     except Exception as exc:  # fastavro raises several types for bad schemas
         raise QueryError(f"result schema of query {name!r} is invalid: {exc}") from exc
     return schema
+
+
+def _expression_field(c: OutputColumn, by_name: Mapping[str, StreamSpec]) -> dict[str, Any]:
+    """An arithmetic field: long or double, nullable where a null or a zero divisor can make it
+    null (processors.core.expressions)."""
+    assert c.expr is not None
+
+    def field(ref: ColumnRef) -> FieldInfo:
+        info = by_name[ref.stream].field(ref.field)
+        assert info is not None
+        return info
+
+    kind, nullable = result_type(c.expr, field, f"output field {c.name!r}")
+    if nullable:
+        return {"name": c.name, "type": nullable_avro(kind), "default": None}
+    return {"name": c.name, "type": kind}
 
 
 def aggregate_avro(func: str, info: FieldInfo | None) -> Any:

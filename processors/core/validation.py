@@ -14,6 +14,7 @@ from typing import Any
 
 from processors.core.columns import Predicate
 from processors.core.equivalence import Components
+from processors.core.expressions import Expr, refs, result_type
 from processors.core.plan import (
     ColumnRef,
     FieldInfo,
@@ -219,8 +220,22 @@ def check_joins(
     return tuple(joins)
 
 
+def _expression_column(
+    name: str, expr: Expr, field: Callable[[ColumnRef, str], FieldInfo], taken: dict[str, object]
+) -> OutputColumn:
+    what = f"select() {name}={expr}"
+    used = refs(expr)
+    if not used:
+        raise QueryError(f"{what}: an expression of constants only is not a result field")
+    if name in taken:
+        raise QueryError(f"output field {name!r} would come from both {taken[name]} and {expr}")
+    taken[name] = expr
+    kind, _ = result_type(expr, lambda r: field(r, what), what)
+    return OutputColumn(name, used[0], kind, expr)
+
+
 def output_columns(
-    chosen: Iterable[tuple[ColumnRef, str | None]],
+    chosen: Iterable[tuple[ColumnRef | Expr, str | None]],
     field: Callable[[ColumnRef, str], FieldInfo],
     derived: bool,
 ) -> tuple[OutputColumn, ...]:
@@ -236,10 +251,14 @@ def output_columns(
     def base(ref: ColumnRef) -> str:
         return ref.field.replace(".", "_") if derived else ref.field
 
-    clashes = Counter(base(ref) for ref, alias in chosen if alias is None)
-    taken: dict[str, ColumnRef] = {}
+    clashes = Counter(base(ref) for ref, alias in chosen if alias is None)  # type: ignore[arg-type]
+    taken: dict[str, object] = {}
     out: list[OutputColumn] = []
     for ref, alias in chosen:
+        if not isinstance(ref, ColumnRef):  # arithmetic, always named
+            assert alias is not None
+            out.append(_expression_column(alias, ref, field, taken))
+            continue
         info = field(ref, "select()")
         name = alias or base(ref)
         if alias is None and clashes[name] > 1:

@@ -15,7 +15,10 @@ from typing import Any
 from sqlglot import exp
 
 from processors.core.columns import Col, Predicate, col
+from processors.core.expressions import ColExpr, Expr
+from processors.core.plan import QueryError
 from processors.core.query import Query
+from processors.cql.arithmetic import ARITHMETIC, to_expr
 from processors.cql.catalog import StreamDecl
 from processors.cql.dialect import Statement, WindowSpec
 from processors.cql.errors import CqlError, at_node, at_token
@@ -179,7 +182,7 @@ def _from(select: exp.Select, st: Statement, scope: _Scope, q: Query) -> list[ex
 
 
 def _select_list(select: exp.Select, scope: _Scope, q: Query) -> None:
-    plain: list[tuple[str, str | None, exp.Expr]] = []
+    plain: list[tuple[str | Expr, str | None, exp.Expr]] = []
     aggregates: dict[str, tuple[str, str | None]] = {}
     star = False
     if not select.expressions:
@@ -194,6 +197,16 @@ def _select_list(select: exp.Select, scope: _Scope, q: Query) -> None:
             raise at_node(node, "stream.* is not supported: list the columns, or SELECT *")
         elif isinstance(node, exp.Column):
             plain.append((scope.ref(node), alias, node))
+        elif isinstance(node, ARITHMETIC):
+            if alias is None:
+                raise at_node(node, "name a computed column with AS (it is a field of the "
+                              "result record)")  # fmt: skip
+            expr = to_expr(node, scope.ref)
+            try:
+                q.check_expression(expr)
+            except QueryError as exc:
+                raise at_node(node, str(exc)) from None
+            plain.append((expr, alias, node))
         elif type(node) in _AGGREGATES:
             func = _AGGREGATES[type(node)]
             arg = node.this
@@ -210,14 +223,20 @@ def _select_list(select: exp.Select, scope: _Scope, q: Query) -> None:
                 raise at_node(node, f"two results are named {name!r}: give one an alias (AS)")
             aggregates[name] = (func, ref)
         else:
-            raise at_node(node, "only columns and count/sum/avg/min/max are supported in the "
-                          "select list (arithmetic is not yet)")  # fmt: skip
+            raise at_node(node, "the select list takes columns, arithmetic on them and "
+                          "count/sum/avg/min/max")  # fmt: skip
     group = select.args.get("group")
     if group is not None or aggregates:
         keys = [scope.ref(c) if isinstance(c, exp.Column) else None
                 for c in (group.expressions if group is not None else [])]  # fmt: skip
         if None in keys:
             raise at_node(group, "GROUP BY takes columns")
+        computed = [node for ref, _, node in plain if not isinstance(ref, str)]
+        if computed:
+            raise at_node(
+                computed[0], "arithmetic with GROUP BY is not supported: the select list is "
+                "the GROUP BY columns, then the aggregates of columns",
+            )  # fmt: skip
         listed = [ref for ref, _, _ in plain]
         if star or listed != keys[: len(listed)] or any(a for _, a, _ in plain):
             raise at_node(
@@ -237,8 +256,9 @@ def _select_list(select: exp.Select, scope: _Scope, q: Query) -> None:
         if alias is not None and after is None:
             raise at_node(renamed[0], "renamed columns (AS) go after the others in the select "
                           "list: the result record holds them in that order")  # fmt: skip
-    q.select(*(ref for ref, a, _ in plain if a is None),
-             **{a: ref for ref, a, _ in plain if a is not None})  # fmt: skip
+    q.select(*(ref for ref, a, _ in plain if a is None),  # type: ignore[misc]
+             **{a: ref if isinstance(ref, str) else ColExpr(ref)
+                for ref, a, _ in plain if a is not None})  # fmt: skip
 
 
 def to_query(select: exp.Expr, streams: dict[str, StreamDecl], name: str) -> Query:

@@ -1,5 +1,6 @@
 """Stages that shape tuples without deciding which pass: row ids for a join input without a
-window, and the projection to the result fields (with CQL's ISTREAM or DSTREAM, if asked)."""
+window, and the projection to the result fields (arithmetic computed, CQL's ISTREAM or DSTREAM
+applied, if asked)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from processors.core.batch import ROW_ID, Batch, Column, null_column
-from processors.core.plan import LogicalPlan
+from processors.core.expressions import evaluate
+from processors.core.plan import ColumnRef, LogicalPlan
 from processors.stages.base import StageBase
 
 
@@ -70,6 +72,14 @@ class ProjectStage(StageBase):
             return [Batch(cols, batch.sign, batch.ts, batch.key, dict(batch.meta))]
         out: dict[str, Column] = {}
         for col in plan.output:
+            if col.expr is not None:
+                values, nulls = evaluate(
+                    col.expr, lambda ref: self._numbers(batch, ref), len(batch)
+                )
+                out[col.name] = values
+                if nulls is not None:
+                    out[null_column(col.name)] = nulls
+                continue
             source = joined_name(plan, col.source.stream, col.source.field)
             out[col.name] = batch.columns[source]
             nulls = batch.columns.get(null_column(source))
@@ -77,6 +87,12 @@ class ProjectStage(StageBase):
                 out[null_column(col.name)] = nulls
         key = batch.key if len(plan.streams) == 1 else None
         return [Batch(out, batch.sign, batch.ts, key, dict(batch.meta))]
+
+    def _numbers(self, batch: Batch, ref: ColumnRef) -> tuple[np.ndarray, np.ndarray | None]:
+        """A numeric column of the relation read, with its null flags if nullable."""
+        source = joined_name(self.plan, ref.stream, ref.field)
+        nulls = batch.columns.get(null_column(source))
+        return np.asarray(batch.columns[source]), None if nulls is None else np.asarray(nulls)
 
     def stats(self) -> dict[str, Any]:
         return {"kind": self.kind}
