@@ -6,6 +6,19 @@
   star MJoin (natural join on one attribute), A-Greedy on, each input a ROWS 10,000 window whose
   keys are drawn from a domain of 14,427 values, so that a probe finds a match with probability
   1/2: the paper's default selectivity (Table 1: 0.5) for every join;
+- ``tree_left_deep_tuples_per_s``, ``tree_bushy_tuples_per_s``: the same star workload through
+  :class:`JoinTreeStage` as ``((s0, s1), s2), s3`` and ``(s0, s1), (s2, s3)``, next to the MJoin
+  on the same deltas in the same run (``tree_star4_mjoin_tuples_per_s``; best of three alternating
+  rounds each); ``tree_vs_mjoin_ratio_left_deep``, ``tree_vs_mjoin_ratio_bushy``: tree / MJoin;
+- ``tree_chain3_tuples_per_s``: a 3-way chain ``s0.a = s1.a, s1.b = s2.b`` (ROWS 10,000 windows;
+  ``a`` from 1,000,000 values, so s0 join s1 holds ~100 tuples; ``b`` from 200, so a probe of s1
+  or s2 on ``b`` finds ~50) through the tree ``(s0, s1), s2``, which keeps that small join,
+  next to the MJoin (``chain3_mjoin_tuples_per_s``), whose arrivals at s2 expand ~50 s1 matches
+  and probe s0 for each; ``tree_vs_mjoin_ratio_chain3``; and the tree ``s0, (s1, s2)``, which
+  keeps the large join (~500,000 tuples): ``tree_chain3_large_tuples_per_s``,
+  ``tree_vs_mjoin_ratio_chain3_large`` (one round; the others best of three). Before timing,
+  every stage runs the warm-up deltas and must give the MJoin's number of result rows (and of
+  inserts among them), as it must in every timed run;
 - ``e2e_tuples_per_s`` (unless ``--no-kafka``): input records per second through Kafka and one
   worker running the network-monitoring join, next to the pass-through pipeline in the same run.
 """
@@ -13,18 +26,24 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from processors.core.batch import ROW_ID, Batch
+from processors.core.batch import INSERT, ROW_ID, Batch
+from processors.core.join_tree import JoinTree, tree_text
+from processors.core.joins.graph import Side
 from processors.core.ordering.config import OrderingConfig
 from processors.kernels.multimap import MultiMap
 from processors.stages.join_store import ALIVE
+from processors.stages.join_tree_stage import JoinTreeStage
 from processors.stages.mjoin_stage import MJoinStage
 
 WINDOW = 10_000
 DOMAIN = 14_427  # 1 - (1 - 1/D)^W = 0.5: half of the probes find a match
+CHAIN_A = 1_000_000  # s0.a = s1.a: ~1% of the probes match, s0 join s1 holds ~W^2/A = 100
+CHAIN_B = 200  # s1.b = s2.b: a probe finds ~W/B = 50 matches, s1 join s2 holds ~500,000
 
 
 def _say(text: str) -> None:
@@ -51,10 +70,14 @@ def probe_rate(keys: int = 10_000, probes: int = 4_000_000, seed: int = 1) -> fl
     return done / (spent / 1e9)
 
 
-def rows_window_deltas(keys: np.ndarray, ts: np.ndarray, window: int) -> Batch:
+def rows_window_deltas(
+    keys: np.ndarray | dict[str, np.ndarray], ts: np.ndarray, window: int
+) -> Batch:
     """The delta stream of a ROWS ``window`` over an append-only stream (numpy, for the bench):
-    tuple i enters at ts[i]; tuple i - window leaves just before it."""
-    n = len(keys)
+    tuple i enters at ts[i]; tuple i - window leaves just before it. ``keys`` is column ``a``,
+    or the columns by name."""
+    cols = keys if isinstance(keys, dict) else {"a": keys}
+    n = len(ts)
     rid = np.arange(n, dtype=np.int64)
     gone = np.arange(max(n - window, 0), dtype=np.int64)
     order = np.concatenate([2 * rid + 1, 2 * (gone + window)])
@@ -62,7 +85,7 @@ def rows_window_deltas(keys: np.ndarray, ts: np.ndarray, window: int) -> Batch:
     which = np.concatenate([rid, gone])
     at = np.concatenate([ts, ts[gone + window]])
     s = np.argsort(order, kind="stable")
-    return Batch({ROW_ID: which[s], "a": keys[which[s]]}, sign[s], at[s])
+    return Batch({ROW_ID: which[s], **{c: v[which[s]] for c, v in cols.items()}}, sign[s], at[s])
 
 
 def star_inputs(n_inputs: int, tuples: int, seed: int = 1) -> list[Batch]:
@@ -74,6 +97,30 @@ def star_inputs(n_inputs: int, tuples: int, seed: int = 1) -> list[Batch]:
         ts = np.arange(tuples, dtype=np.int64) * n_inputs + i
         out.append(rows_window_deltas(keys, ts, WINDOW))
     return out
+
+
+def _drive(stage: MJoinStage, inputs: list[Batch], batch: int) -> tuple[int, int, int]:
+    """Feed ``inputs`` to ``stage`` ``batch`` deltas of each input at a time, round robin, then
+    flush: result rows, inserts among them, and ns spent in the stage."""
+    results, inserts, spent, pos = 0, 0, 0, 0
+    longest = max(len(b) for b in inputs)
+    while pos < longest:
+        for i, b in enumerate(inputs):
+            if pos < len(b):
+                part = b.slice(pos, min(pos + batch, len(b)))
+                t0 = time.perf_counter_ns()
+                stage.push(i, part)
+                out = stage.release()
+                spent += time.perf_counter_ns() - t0
+                results += sum(len(o) for o in out)
+                inserts += sum(int(np.count_nonzero(o.sign == INSERT)) for o in out)
+        pos += batch
+    t0 = time.perf_counter_ns()
+    out = stage.flush()
+    spent += time.perf_counter_ns() - t0
+    results += sum(len(o) for o in out)
+    inserts += sum(int(np.count_nonzero(o.sign == INSERT)) for o in out)
+    return results, inserts, spent
 
 
 def star_rate(
@@ -89,22 +136,7 @@ def star_rate(
     warm.flush()  # compiles every kernel
     stage = MJoinStage(names, predicates, OrderingConfig(seed=seed))
     total = sum(len(b) for b in inputs)
-    results = 0
-    spent = 0
-    pos = 0
-    longest = max(len(b) for b in inputs)
-    while pos < longest:
-        for i, b in enumerate(inputs):
-            if pos < len(b):
-                part = b.slice(pos, min(pos + batch, len(b)))
-                t0 = time.perf_counter_ns()
-                stage.push(i, part)
-                results += sum(len(o) for o in stage.release())
-                spent += time.perf_counter_ns() - t0
-        pos += batch
-    t0 = time.perf_counter_ns()
-    results += sum(len(o) for o in stage.flush())
-    spent += time.perf_counter_ns() - t0
+    results, _, spent = _drive(stage, inputs, batch)
     stats = stage.stats()
     return {
         "inputs": n_inputs,
@@ -115,6 +147,130 @@ def star_rate(
         "orders": stats["orders"],
         "changes_total": stats["changes_total"],
     }
+
+
+def chain_inputs(tuples: int, seed: int = 1) -> list[Batch]:
+    """Delta streams of the 3-way chain ``s0(a), s1(a, b), s2(b)``, ROWS ``WINDOW`` each."""
+    rng = np.random.default_rng(seed)
+    domains: list[dict[str, int]] = [{"a": CHAIN_A}, {"a": CHAIN_A, "b": CHAIN_B}, {"b": CHAIN_B}]
+    out = []
+    for i, cols in enumerate(domains):
+        keys = {c: rng.integers(0, d, tuples).astype(np.int64) for c, d in cols.items()}
+        ts = np.arange(tuples, dtype=np.int64) * len(domains) + i
+        out.append(rows_window_deltas(keys, ts, WINDOW))
+    return out
+
+
+def tree_vs_mjoin(
+    names: Sequence[str],
+    predicates: Sequence[tuple[Side, Side]],
+    trees: dict[str, JoinTree],
+    inputs: list[Batch],
+    warm_inputs: list[Batch],
+    rounds: int = 1,
+    once: Sequence[str] = (),
+    batch: int = 16_384,
+    seed: int = 1,
+) -> dict[str, Any]:
+    """Input deltas per second of stage time through the MJoin and through each of ``trees``
+    (by label), all on ``inputs``, in ``rounds`` alternating rounds (the best round counts;
+    the trees labelled in ``once`` run in the first round only, for slow ones).
+    First every stage runs ``warm_inputs`` (compiling its kernels), and each must give the
+    MJoin's number of result rows and inserts, there and in every timed run."""
+    make: dict[str, Callable[[], MJoinStage]] = {
+        "mjoin": lambda: MJoinStage(names, predicates, OrderingConfig(seed=seed))
+    }
+    for label, tree in trees.items():
+        make[label] = lambda t=tree: JoinTreeStage(names, predicates, t, OrderingConfig(seed=seed))
+    warm = {label: _drive(new(), warm_inputs, batch)[:2] for label, new in make.items()}
+    _same_results(warm, "the warm-up deltas")
+    total = sum(len(b) for b in inputs)
+    rates: dict[str, list[float]] = {label: [] for label in make}
+    counts: dict[str, tuple[int, int]] = {}
+    stats: dict[str, dict[str, Any]] = {}
+    for r in range(rounds):
+        for label, new in make.items():
+            if r and label in once:
+                continue
+            stage = new()
+            results, inserts, spent = _drive(stage, inputs, batch)
+            rates[label].append(total / (spent / 1e9))
+            counts[label] = (results, inserts)
+            stats[label] = stage.stats()
+        _same_results(counts, "the timed deltas")
+    out: dict[str, Any] = {"deltas": total, "results": counts["mjoin"][0]}
+    for label, rs in rates.items():
+        out[label] = {"tuples_per_s": max(rs), "runs": rs}
+        if label == "mjoin":
+            out[label]["probes_per_delta"] = stats[label]["probes_per_delta"]
+        else:
+            out[label]["tree"] = tree_text(trees[label])
+            out[label]["intermediate_tuples"] = stats[label]["intermediate_tuples"]
+            out[label]["intermediate_out"] = stats[label]["intermediate_out"]
+            out[label]["vs_mjoin"] = max(rs) / max(rates["mjoin"])
+    return out
+
+
+def _same_results(counts: dict[str, tuple[int, int]], what: str) -> None:
+    for label, got in counts.items():
+        if got != counts["mjoin"]:
+            raise AssertionError(
+                f"bench: {label} gave {got[0]:,} result rows ({got[1]:,} inserts) on {what}, "
+                f"the MJoin {counts['mjoin'][0]:,} ({counts['mjoin'][1]:,})"
+            )
+
+
+def join_tree_rates(
+    star_tuples: int = 400_000, chain_tuples: int = 200_000, seed: int = 1
+) -> dict[str, Any]:
+    """The JoinTreeStage against the MJoin on the 4-way star and on the 3-way chain, with the
+    figures ``run_mjoin_bench`` reports."""
+    names = [f"s{i}" for i in range(4)]
+    _say(f"4-way star: MJoin against join trees, {star_tuples:,} tuples per input, 3 rounds")
+    star = tree_vs_mjoin(
+        names,
+        [((0, "a"), (i, "a")) for i in range(1, 4)],
+        {"left_deep": ((("s0", "s1"), "s2"), "s3"), "bushy": (("s0", "s1"), ("s2", "s3"))},
+        star_inputs(4, star_tuples, seed),
+        star_inputs(4, 2 * WINDOW, seed + 1),
+        rounds=3,
+        seed=seed,
+    )
+    _report(star)
+    _say(f"3-way chain: MJoin against join trees, {chain_tuples:,} tuples per input, 3 rounds")
+    chain = tree_vs_mjoin(
+        names[:3],
+        [((0, "a"), (1, "a")), ((1, "b"), (2, "b"))],
+        {"small": (("s0", "s1"), "s2"), "large": ("s0", ("s1", "s2"))},
+        chain_inputs(chain_tuples, seed),
+        chain_inputs(2 * WINDOW, seed + 1),
+        rounds=3,
+        once=["large"],
+        seed=seed,
+    )
+    _report(chain)
+    return {
+        "tree_star4_mjoin_tuples_per_s": star["mjoin"]["tuples_per_s"],
+        "tree_left_deep_tuples_per_s": star["left_deep"]["tuples_per_s"],
+        "tree_bushy_tuples_per_s": star["bushy"]["tuples_per_s"],
+        "tree_vs_mjoin_ratio_left_deep": star["left_deep"]["vs_mjoin"],
+        "tree_vs_mjoin_ratio_bushy": star["bushy"]["vs_mjoin"],
+        "chain3_mjoin_tuples_per_s": chain["mjoin"]["tuples_per_s"],
+        "tree_chain3_tuples_per_s": chain["small"]["tuples_per_s"],
+        "tree_vs_mjoin_ratio_chain3": chain["small"]["vs_mjoin"],
+        "tree_chain3_large_tuples_per_s": chain["large"]["tuples_per_s"],
+        "tree_vs_mjoin_ratio_chain3_large": chain["large"]["vs_mjoin"],
+        "join_tree_star4": star,
+        "join_tree_chain3": chain,
+    }
+
+
+def _report(compared: dict[str, Any]) -> None:
+    for label, fig in compared.items():
+        if isinstance(fig, dict):
+            shown = f"tree {fig['tree']}, ratio {fig['vs_mjoin']:.2f}" if "tree" in fig else "MJoin"
+            _say(f"  {label}: {fig['tuples_per_s']:,.0f} input deltas/s ({shown})")
+    _say(f"  {compared['results']:,} results each, same count from every stage")
 
 
 def run_mjoin_bench(tuples: int = 400_000, kafka: bool = True) -> dict[str, Any]:
@@ -129,6 +285,7 @@ def run_mjoin_bench(tuples: int = 400_000, kafka: bool = True) -> dict[str, Any]
         "star4_tuples_per_s": star["tuples_per_s"],
         "star4": star,
     }
+    results.update(join_tree_rates(tuples, seed=1))
     if kafka:
         from processors.bench.mjoin_e2e import network_vs_passthrough
 

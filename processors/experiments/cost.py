@@ -13,8 +13,8 @@ import numpy as np
 from processors.commands.queries import load_plan
 from processors.core.cost.inputs import CostInputs, bind
 from processors.core.cost.model import evaluate
-from processors.core.cost.optimizer import approximate
 from processors.core.cost.shapes import Shape, shapes
+from processors.core.cost.shedding import approximate
 from processors.core.cost.stats_file import load_stats
 from processors.experiments import plotting
 from processors.experiments.runner import Experiment, runner

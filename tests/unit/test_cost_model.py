@@ -27,8 +27,9 @@ from processors.commands.explain import run_explain
 from processors.commands.queries import load_plan
 from processors.core.cost.inputs import CostInputs, JoinEdge, StreamInput, bind
 from processors.core.cost.model import evaluate
-from processors.core.cost.optimizer import approximate, optimize
+from processors.core.cost.optimizer import optimize
 from processors.core.cost.shapes import Shape, shapes, trees
+from processors.core.cost.shedding import approximate
 from processors.core.cost.stats_file import StatsError, load_stats, parse_stats
 from processors.cql import parse_cql
 

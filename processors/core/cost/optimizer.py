@@ -1,15 +1,10 @@
 """Choosing a plan: feasibility, least utilization, and drop boxes when nothing is feasible.
 
 Sect. 4 (eqs. 14-15): among the plans whose C(p) fits the capacity, the one of least C(p);
-M(p) breaks ties. When none fits, Sect. 5.2: drop boxes go on the inputs only (Observation 3)
-and keep ``x_i`` of stream i, where both the output rate (eq. 27) and C(p) (eq. 28) are linear
-in the x's, so the best x's solve a continuous knapsack: fill the budget with the inputs of
-most output per unit of cost first. The chosen plan is then the one whose approximation gives
-the most output, which need not be the cheapest plan (Fig. 7).
-
-The linearity holds for ROWS windows only (Sect. 5.2 assumes them); with a RANGE window a drop
-box also shrinks the window, so a plan over one is not approximated here (load shedding, issue
-18, covers it).
+M(p) breaks ties. When none fits, Sect. 5: each plan gets its best drop boxes on the inputs
+(:mod:`processors.core.cost.shedding`: the knapsack of Sect. 5.2 over ROWS windows, one share
+for all inputs when a RANGE window shrinks with its rate), and the chosen plan is the one whose
+approximation gives the most output, which need not be the cheapest plan (Fig. 7).
 """
 
 from __future__ import annotations
@@ -18,15 +13,8 @@ from dataclasses import dataclass
 
 from processors.core.cost.inputs import CostInputs
 from processors.core.cost.model import PlanCost, evaluate
-from processors.core.cost.shapes import Shape, shapes
-
-
-@dataclass(frozen=True)
-class Approximation:
-    """Drop boxes on the inputs: the share of each stream kept, and the output rate left."""
-
-    keep: dict[str, float]
-    output_per_s: float
+from processors.core.cost.shapes import shapes
+from processors.core.cost.shedding import Approximation, approximate
 
 
 @dataclass
@@ -56,31 +44,6 @@ class Choice:
     @property
     def feasible(self) -> bool:
         return self.chosen.cost.feasible
-
-
-def approximate(shape: Shape, inputs: CostInputs) -> Approximation:
-    """The best drop boxes for ``shape`` (Sect. 5.2; ROWS windows only, see the module)."""
-    names = shape.streams
-    if any(not inputs.streams[s].tuple_window for s in names):
-        raise ValueError("drop boxes are modelled for ROWS windows only (Sect. 5.2)")
-    cost: dict[str, float] = {}
-    value: dict[str, float] = {}
-    for s in names:  # the linear coefficients of eqs. 27 and 28, one input at a time
-        alone = evaluate(shape, inputs, {o: float(o == s) for o in names})
-        cost[s], value[s] = alone.cost_per_s, alone.output_per_s
-    budget = inputs.capacity
-    keep = dict.fromkeys(names, 0.0)
-    ranked = sorted(
-        names,
-        key=lambda s: -(value[s] / cost[s]) if cost[s] > 0 else float("-inf"),
-    )
-    for s in ranked:
-        if cost[s] <= 0:
-            keep[s] = 1.0
-            continue
-        keep[s] = min(1.0, max(0.0, budget / cost[s]))
-        budget -= keep[s] * cost[s]
-    return Approximation(keep, sum(value[s] * keep[s] for s in names))
 
 
 def optimize(inputs: CostInputs, streams: tuple[str, ...] | None = None) -> Choice:
