@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from processors.commands.control_cmd import add_control_parser
 from processors.commands.experiment_cmd import ExperimentHelp, run_experiment_command
-from processors.core.scheduling.config import POLICY_NAMES
 from processors.runtime.broker import BrokerError, broker_status, start_broker, stop_broker
 from processors.runtime.config import ConfigError, load_settings, resolve_bootstrap
 from topics.admin import TopicError
@@ -185,32 +185,6 @@ def _tail(args: argparse.Namespace) -> int:
     return run_tail(resolve_bootstrap(settings), opts)
 
 
-def _control(args: argparse.Namespace) -> int:
-    """Publish a POLICY record: every worker of the query switches scheduling policy."""
-    from processors.commands.queries import load_plan
-    from processors.runtime.control import publish_policy
-
-    query = load_plan(args.query).name
-    settings = {
-        key: value
-        for key, value in (
-            ("latency_ms", args.latency_ms),
-            ("gamma", args.gamma),
-            ("quantum_ms", args.quantum_ms),
-        )
-        if value is not None
-    }
-    config = publish_policy(
-        resolve_bootstrap(load_settings()), query, args.policy, settings, issuer="streamon-cli"
-    )
-    if config is None:
-        print(f"query {query}: back to the query file's scheduling (published)")
-    else:
-        shown = json.dumps(settings)
-        print(f"query {query}: scheduling policy {config.policy} published ({shown})")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamon",
@@ -335,20 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     experiment.set_defaults(func=run_experiment_command)
 
-    control = sub.add_parser(
-        "control", help="change a running query's scheduling policy (all its workers)"
-    )
-    control.add_argument("what", choices=["policy"])
-    control.add_argument("query", help="query file, module:attr or built-in")
-    control.add_argument(
-        "policy",
-        choices=[*POLICY_NAMES, "query"],
-        help="'query': back to the query file's schedule() (a policy set here outlives restarts)",
-    )
-    control.add_argument("--latency-ms", type=float, default=None, help="chain-flush threshold")
-    control.add_argument("--gamma", type=float, default=None, help="mixed: slope threshold")
-    control.add_argument("--quantum-ms", type=float, default=None, help="length of a turn")
-    control.set_defaults(func=_control)
+    add_control_parser(sub)
 
     schema = sub.add_parser(
         "schema", help="an Avro schema file: its fingerprint, registration, the schema path",

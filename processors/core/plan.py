@@ -181,6 +181,21 @@ GUARANTEES: tuple[str, ...] = ("at_least_once", "exactly_once")
 
 
 @dataclass(frozen=True)
+class ShedConfig:
+    """Load shedding (Query.shed; docs/shedding.md): the output latency to keep, the least
+    share of any input the drop boxes keep, and the busy share of a worker's processor the
+    controller aims at."""
+
+    max_latency_ms: int
+    min_keep: float = 0.05
+    target_utilization: float = 0.8
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_latency_ms": self.max_latency_ms, "min_keep": self.min_keep,
+                "target_utilization": self.target_utilization}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class AggregateSpec:
     """One aggregate of a GROUP BY: ``func`` over ``source`` (None: count(*)), named ``name``."""
 
@@ -269,6 +284,8 @@ class LogicalPlan:
     stream_op: str | None = None
     #: run the join as this tree of two-way joins (Query.join_tree); None: one MJoin
     join_tree: JoinTree | None = None
+    #: shed load to keep the output latency (Query.shed); None: never drop a record
+    shedding: ShedConfig | None = None
 
     def stream(self, name: str) -> StreamSpec:
         return next(s for s in self.streams if s.name == name)
@@ -347,6 +364,7 @@ class LogicalPlan:
             "scheduling": self.scheduling_config.to_json(),
             "stream_op": self.stream_op,
             "join_tree": None if self.join_tree is None else tree_text(self.join_tree),
+            "shedding": None if self.shedding is None else self.shedding.to_json(),
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],
             "output": {
                 "topic": self.result_topic,

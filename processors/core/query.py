@@ -47,6 +47,7 @@ from processors.core.plan import (
     OperatorNode,
     OutputColumn,
     QueryError,
+    ShedConfig,
     StreamSpec,
     SyntheticOperator,
     Window,
@@ -94,6 +95,7 @@ class Query(QuerySettings):
         self._scheduling: SchedulingConfig | None = None
         self._stream_op: str | None = None
         self._join_tree: JoinTree | None = None
+        self._shedding: ShedConfig | None = None
 
     @classmethod
     def from_cql(cls, text: str, catalog: str | None = None, name: str = "query") -> Query:
@@ -371,6 +373,7 @@ class Query(QuerySettings):
             scheduling=self._scheduling,
             stream_op=self._stream_op,
             join_tree=self._join_tree,
+            shedding=self._shedding,
         )
 
     def _checked_operators(

@@ -8,7 +8,7 @@ from typing import Any, Self
 
 from processors.core.join_tree import JoinTree, JoinTreeError, parse_join_tree
 from processors.core.ordering.config import OrderingConfig, OrderingConfigError
-from processors.core.plan import GUARANTEES, QueryError
+from processors.core.plan import GUARANTEES, QueryError, ShedConfig
 from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
 from processors.core.validation import check_ordering_type
 
@@ -23,6 +23,7 @@ class QuerySettings:
     _scheduling: SchedulingConfig | None
     _guarantee: str
     _join_tree: JoinTree | None
+    _shedding: ShedConfig | None
 
     def lateness(self, ms: int) -> Self:
         """How late (in event time) a tuple may arrive and still enter its window in order."""
@@ -106,4 +107,31 @@ class QuerySettings:
             self._join_tree = parse_join_tree(tree)
         except JoinTreeError as exc:
             raise QueryError(str(exc)) from None
+        return self
+
+    def shed(
+        self, max_latency_ms: int, min_keep: float = 0.05, target_utilization: float = 0.8
+    ) -> Self:
+        """Shed load rather than fall behind (docs/shedding.md): when the input outruns the
+        workers, drop boxes on the inputs keep the output latency within ``max_latency_ms``,
+        keeping as much as the capacity allows (Ayad & Naughton, Sect. 5) and at least
+        ``min_keep`` of every input; they are lifted when the load falls. Every share is
+        logged, reported and on the status page."""
+        if (
+            not isinstance(max_latency_ms, int)
+            or isinstance(max_latency_ms, bool)
+            or (max_latency_ms < 1)
+        ):
+            raise QueryError(
+                f"shed(): max_latency_ms must be a positive int, got {max_latency_ms!r}"
+            )
+        for name, value, low in (("min_keep", min_keep, 0.0), ("target_utilization",
+                                  target_utilization, 0.05)):  # fmt: skip
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (low <= value <= 1.0)
+            ):
+                raise QueryError(f"shed(): {name} must be a number in [{low}, 1], got {value!r}")
+        self._shedding = ShedConfig(max_latency_ms, float(min_keep), float(target_utilization))
         return self

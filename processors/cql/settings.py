@@ -2,6 +2,7 @@
 
     WITH (idle_timeout_ms = 1000, lateness_ms = 0, memory_limit_mb = 512,
           processing_guarantee = 'exactly_once', join_tree = '(a, b), c',
+          max_latency = '500 ms', min_keep = 0.05, target_utilization = 0.8,
           adapt = 'agreedy', adapt_profile_probability = 0.2, adapt_window_tuples = 200,
           schedule = 'chain-flush', schedule_latency_ms = 50)
 
@@ -17,6 +18,7 @@ from sqlglot.tokens import Token
 
 from processors.core.plan import QueryError
 from processors.core.query import Query
+from processors.cql.dialect import UNITS_MS
 from processors.cql.errors import CqlError, at_token
 
 #: a plain setting and the Query method that takes it
@@ -27,6 +29,8 @@ PLAIN = {
     "processing_guarantee": "processing_guarantee",
     "join_tree": "join_tree",
 }
+#: shedding's settings, as Query.shed takes them (max_latency is a duration: '500 ms')
+SHED_SETTINGS = ("max_latency", "min_keep", "target_utilization")
 GROUPS = ("adapt", "schedule")
 
 
@@ -35,6 +39,8 @@ def apply_settings(q: Query, settings: dict[str, tuple[Any, Token]]) -> None:
     grouped: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
     heads: dict[str, tuple[Any, Token]] = {}
     for name, (value, tok) in settings.items():
+        if name in SHED_SETTINGS:
+            continue  # below, together
         if name in PLAIN:
             _call(tok, getattr(q, PLAIN[name]), value)
         elif name in GROUPS:
@@ -45,10 +51,18 @@ def apply_settings(q: Query, settings: dict[str, tuple[Any, Token]]) -> None:
                 raise at_token(tok, f"{name} needs {group} = '...' (which {group} it sets)")
             grouped[group][key] = value
         else:
-            known = [*PLAIN, *GROUPS, *(f"{g}_..." for g in GROUPS)]
+            known = [*PLAIN, *SHED_SETTINGS, *GROUPS, *(f"{g}_..." for g in GROUPS)]
             raise at_token(tok, f"unknown setting {name!r}; expected one of {', '.join(known)}")
     for group, (value, tok) in heads.items():
         _call(tok, getattr(q, group), value, **grouped[group])
+    shed = {n: settings[n] for n in SHED_SETTINGS if n in settings}
+    if shed:
+        if "max_latency" not in shed:
+            raise at_token(next(iter(shed.values()))[1], "shedding needs max_latency = '500 ms' "
+                           "(the output latency to keep)")  # fmt: skip
+        value, tok = shed["max_latency"]
+        others = {n: v for n, (v, _) in shed.items() if n != "max_latency"}
+        _call(tok, q.shed, duration_ms(value, tok), **others)
     if "join_tree" in settings:  # the FROM list is known: the tree must join it
         _call(settings["join_tree"][1], q.check_join_tree)
 
@@ -62,3 +76,20 @@ def _call(tok: Token, method: Any, *args: Any, **kwargs: Any) -> None:
         raise at_token(tok, str(exc)) from None
     except TypeError as exc:  # a setting the method does not take
         raise at_token(tok, f"{tok.text}: {exc}") from None
+
+
+def duration_ms(value: Any, tok: Token) -> int:
+    """``'500 ms'``, ``'2 seconds'`` (a RANGE window's units) or a number of ms, as ms."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    parts = str(value).split()
+    unit = parts[1].upper() if len(parts) == 2 else ""
+    unit = unit[:-1] if unit.endswith("S") and unit[:-1] in UNITS_MS else unit
+    try:
+        amount = float(parts[0])
+    except (ValueError, IndexError):
+        amount = -1.0
+    if len(parts) != 2 or unit not in UNITS_MS or amount <= 0:
+        raise at_token(tok, f"{tok.text} = {value!r}: expected a duration such as '500 ms' or "
+                       f"'2 seconds' (units: {', '.join(UNITS_MS)})")  # fmt: skip
+    return max(1, round(amount * UNITS_MS[unit]))

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from processors.runtime.backpressure import MemoryLimit
     from processors.runtime.exactly_once import ExactlyOnce
     from processors.runtime.restore import Restorer
+    from processors.runtime.shedding import Shedding
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ class AgentContext:
     memory: MemoryLimit | None = None
     #: restores stateful units off the event loop when their partitions are assigned
     restorer: Restorer | None = None
+    #: the drop boxes on the inputs (load shedding; keep everything unless told otherwise)
+    shedding: Shedding | None = None
 
     def unit(self, agent: str, partition: int) -> AbstractContextManager[None]:
         """Around the synchronous code that processes ``agent``'s input of ``partition``: in

@@ -1,11 +1,13 @@
 """The control topic: scheduler decisions and operator commands that every worker applies.
 
-Records are ``streamon.Control`` (schemas/control.avsc). Two kinds matter here:
+Records are ``streamon.Control`` (schemas/control.avsc). Three kinds matter here:
 
 - ``POLICY``: a user (``streamon control policy ...``) changes a query's scheduling policy;
 - ``PRIORITIES``: the query's scheduler agent publishes the scheduling plan (operator paths and
   their measured time per tuple and selectivity) with the policy in force; every worker's
-  arbiter builds the policy from it.
+  arbiter builds the policy from it;
+- ``SHED``: the share of each input stream the drop boxes keep (the query's shedding
+  controller, or ``streamon control shed``; :mod:`processors.runtime.shedding`).
 
 Agents in a Faust app share their input partitions across the query's workers, but *every*
 worker must see every control record. So the control topic is read by a plain confluent-kafka
@@ -31,6 +33,7 @@ CONTROL_SCHEMA = "control"
 CONTROL_TOPIC = "streamon.control"
 POLICY = "POLICY"
 PRIORITIES = "PRIORITIES"
+SHED = "DROP_RATES"  # the schema's kind for drop-box shares (SHED records, in the docs)
 
 
 def control_key(query: str, kind: str) -> bytes:
@@ -194,3 +197,30 @@ def publish_policy(
     if producer.flush(10.0):
         raise ValueError(f"the control record for {query} was not acknowledged by {bootstrap}")
     return config
+
+
+def publish_shed(
+    bootstrap: str,
+    query: str,
+    keep: dict[str, float],
+    reason: str,
+    issuer: str,
+    security: KafkaSecurity | None = None,
+) -> None:
+    """Publish a SHED record for ``query``: the drop boxes keep ``keep`` of each named stream
+    (the others all); ``{}`` lifts them. It stays in force until the next SHED record (the
+    query's controller, if it has one, publishes its own when the load changes)."""
+    from confluent_kafka import Producer
+
+    from topics.admin import ensure_topics
+
+    bad = {s: v for s, v in keep.items() if not 0.0 <= v <= 1.0}
+    if bad:
+        raise ValueError(f"drop boxes of {query}: shares must be in [0, 1], got {bad}")
+    ensure_topics(bootstrap, [control_topic_spec()], security=security)
+    producer = Producer(client_config({"bootstrap.servers": bootstrap, "acks": "all"}, security))
+    payload = {"keep": keep, "reason": reason}
+    producer.produce(CONTROL_TOPIC, encode_control(SHED, query, payload, issuer),
+                     key=control_key(query, SHED))  # fmt: skip
+    if producer.flush(10.0):
+        raise ValueError(f"the control record for {query} was not acknowledged by {bootstrap}")

@@ -36,6 +36,7 @@ from processors.runtime.context import (
 from processors.runtime.event_progress import NO_TS, EventProgress
 from processors.runtime.faust_bulk import RecordBlock, ack_taken, take_waiting
 from processors.runtime.fused import FusedTail
+from processors.runtime.shedding import DropBox
 from processors.runtime.stats import AgentStats
 from processors.stages.merge_stage import SOURCE
 from topics.columnar import RecordCodec
@@ -139,12 +140,14 @@ def add_ingest_agent(
     route: IngestRoute | None = None,
     idle_timeout_ms: int = 3_000,
     tail: FusedTail | None = None,
+    drop_box: DropBox | None = None,
 ) -> AgentStats:
     """External records -> envelopes, routed by ``route`` (default: each record's own
     partition). With ``route.progress`` the envelopes carry event-time progress, and a timer
     sends watermarks and idle marks (:mod:`processors.runtime.event_progress`). With ``tail``
     (a fused stateless plan) the decoded batches go to it instead: its stage runs here and
-    the results go to the result topic (``out_topic`` is then unused)."""
+    the results go to the result topic (``out_topic`` is then unused). ``drop_box`` (load
+    shedding) drops records before they are decoded; the agent's tuples in are all it read."""
     source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
     stats = ctx.board.agent(name, "ingest")
     stats.topic = source_topic
@@ -166,9 +169,10 @@ def add_ingest_agent(
         except Exception:  # reported as a dead letter on the first pass
             return []
 
-    def ingest_unit(block: RecordBlock, arrival_ms: int | None) -> None:
+    def ingest_unit(read: RecordBlock, arrival_ms: int | None) -> None:
         started = time.perf_counter_ns()
         dead_before = ctx.dead_letters.count
+        block = read if drop_box is None else drop_box.apply(read)
         packed = block.packed_values()
         try:
             batches = _block_to_batches(ctx, name, block, packed, codec, timestamp_field)
@@ -185,8 +189,8 @@ def add_ingest_agent(
             stats.dead_letters += ctx.dead_letters.count - dead_before
             n_out, written = tail(batches, block, arrival_ms, lambda i: redecode(block, i))
             elapsed = time.perf_counter_ns() - started
-            stats.record(len(block), n_out, elapsed, len(block), int(packed[1][-1]), written)
-            stats.positions[block.partition] = block.offsets[-1] + 1
+            stats.record(len(read), n_out, elapsed, len(read), int(packed[1][-1]), written)
+            stats.positions[read.partition] = read.offsets[-1] + 1
             return
         written = 0
         targets: set[int] = set()
@@ -208,8 +212,8 @@ def add_ingest_agent(
         n_out = sum(len(batch) for batch in batches)
         nbytes = int(packed[1][-1])
         elapsed = time.perf_counter_ns() - started
-        stats.record(len(block), n_out, elapsed, len(block), nbytes, written)
-        stats.positions[block.partition] = block.offsets[-1] + 1
+        stats.record(len(read), n_out, elapsed, len(read), nbytes, written)
+        stats.positions[read.partition] = read.offsets[-1] + 1
 
     def units_of(block: Any, limit: int) -> list[RecordBlock]:
         """A delivered block's records not done before, in units of at most ``limit``."""

@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from processors.core.scheduling.config import SchedulingConfig
 from processors.core.scheduling.measured import StatsWindow, Totals, measured_plan
@@ -290,6 +290,21 @@ def _ranking(priorities: dict[str, float]) -> list[list[str]]:
     return [sorted(op for op, p in priorities.items() if p == v) for v in levels]
 
 
+class Party(Protocol):
+    """What the stats topic and the control topic drive on a worker: the scheduling, and the
+    shedding (:mod:`processors.runtime.shedding`)."""
+
+    query: str
+
+    def on_stats(self, record: dict[str, Any]) -> None: ...
+
+    def apply(self, record: ControlRecord) -> None: ...
+
+    def tick(self) -> bool: ...
+
+    def events(self) -> list[dict[str, Any]]: ...
+
+
 def add_scheduling_agents(
     app: Any,
     board: Any,
@@ -299,10 +314,17 @@ def add_scheduling_agents(
     control_topic: str,
     poll_every_s: float = 0.2,
     security: KafkaSecurity | None = None,
+    others: tuple[Party, ...] = (),
 ) -> None:
     """The scheduler agent (bulk reader of the stats topic), the control topic reader and the
-    timer that drives both; priority changes go to the stats topic as a "scheduler" agent's
-    events."""
+    timer that drives them, for ``scheduling`` and the ``others`` (the shedding); their changes
+    go to the stats topic as a "scheduler" agent's events."""
+    parties: list[Party] = [scheduling, *others]
+
+    def apply(record: ControlRecord) -> None:
+        for party in parties:
+            party.apply(record)
+
     from processors.runtime.control import ControlReader
     from processors.runtime.faust_bulk import RecordBlock
     from topics.avro import SchemaStore, decode_single_object, load_schema
@@ -319,7 +341,8 @@ def add_scheduling_agents(
                     record = decode_single_object(value or b"", schema, store)
                 except Exception:  # a stats record we cannot read is not worth a dead letter
                     continue
-                scheduling.on_stats(record)
+                for party in parties:
+                    party.on_stats(record)
 
     app.agent(app.topic(stats_topic, value_serializer="raw", key_serializer="raw"),
               name="scheduler")(scheduler)  # fmt: skip
@@ -334,7 +357,7 @@ def add_scheduling_agents(
                 bootstrap,
                 control_topic,
                 scheduling.query,
-                scheduling.apply,
+                apply,
                 security,
             )
         )
@@ -343,7 +366,8 @@ def add_scheduling_agents(
     async def drive_scheduling() -> None:
         if reader:
             reader[0].poll()
-        scheduling.tick()
+        for party in parties:
+            party.tick()
 
     stats = board.agent("scheduler", "scheduler", plan=lambda: {"policy": scheduling.config.policy})
-    stats.new_events = scheduling.events
+    stats.new_events = lambda: [e for party in parties for e in party.events()]

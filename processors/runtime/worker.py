@@ -47,6 +47,7 @@ from processors.runtime.producer import RecordProducer
 from processors.runtime.restore import Restorer
 from processors.runtime.results import ResultWriter
 from processors.runtime.scheduler import Scheduling, add_scheduling_agents
+from processors.runtime.shedding import Shedding
 from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stateful import add_stateful_agent
@@ -194,6 +195,9 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         restorer,
     )
     app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
+    ctx.shedding = Shedding.of(
+        plan, lambda value, key: producer.produce(CONTROL_TOPIC, value, key=key), options.worker_id
+    )
     scheduling = Scheduling(
         plan.name,
         pipeline.paths(),
@@ -206,7 +210,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     )
     add_scheduling_agents(
         app, board, scheduling, options.bootstrap, STATS_TOPIC, CONTROL_TOPIC,
-        security=options.kafka,
+        security=options.kafka, others=(ctx.shedding,),
     )  # fmt: skip
 
     out_codec = _warm_up(RecordCodec(plan.output_schema, registry=_registry(options)))
@@ -228,6 +232,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             route=pipeline.ingest_routes[stream.name],
             idle_timeout_ms=plan.idle_timeout_ms,
             tail=tail,
+            drop_box=ctx.shedding.box(stream.name),
         )
     if tail is None:
         _add_step_agents(ctx, plan, pipeline, options, snapshots, eo, out_codec, results)
@@ -308,6 +313,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             **status,
             "stats": board.snapshot(backlog),
             "scheduling": scheduling.snapshot(),
+            "shedding": ctx.shedding.snapshot(),
             "assignment": _assignment(app),
             "exactly_once": None if eo is None else eo.stats(),
             "state": None if snapshots is None else {**snapshots.stats(), **restorer.stats()},

@@ -1,0 +1,89 @@
+"""The shedding controller of a query that declares ``shed()`` (issue 18; docs/shedding.md).
+
+It runs where the scheduler runs: on the worker the stats topic's partition is assigned to,
+which sees every worker's Stats records. Every CHECK_S it measures the load over the last
+WINDOW_MS and asks :func:`processors.core.cost.shed_policy.next_keep` for the shares; when
+they differ materially from those in force it publishes them as a SHED record, which every
+worker (this one too) applies when it reads it back from the control topic, as the
+scheduling plan is applied.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from processors.core.cost.shed_policy import material, next_keep, signals
+from processors.core.plan import LogicalPlan
+from processors.runtime.control import SHED, control_key, encode_control
+
+log = logging.getLogger(__name__)
+
+#: how often the controller decides, and the window of statistics it decides on
+CHECK_S = 2.0
+WINDOW_MS = 4_000
+#: the records kept for the cost model's figures (every worker's, about the last minute)
+KEPT_RECORDS = 2_000
+#: a worker stops acting as the controller when no stats arrived for this long
+LEADERSHIP_TIMEOUT_S = 5.0
+
+
+class ShedController:
+    def __init__(
+        self,
+        plan: LogicalPlan,
+        publish: Callable[[bytes, bytes], None],
+        worker_id: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        assert plan.shedding is not None
+        self.plan = plan
+        self.config = plan.shedding
+        self._publish = publish
+        self.worker_id = worker_id
+        self.clock = clock
+        self.records: collections.deque[dict[str, Any]] = collections.deque(maxlen=KEPT_RECORDS)
+        self._last_stats = float("-inf")
+        self._last_check = float("-inf")
+        self.published: dict[str, float] | None = None
+        self.decisions = 0
+        self.last_signals: dict[str, Any] | None = None
+
+    def on_stats(self, record: dict[str, Any]) -> None:
+        if record.get("query") != self.plan.name or record.get("scope") != "AGENT":
+            return
+        self._last_stats = self.clock()
+        self.records.append(record)
+
+    @property
+    def leading(self) -> bool:
+        return self.clock() - self._last_stats < LEADERSHIP_TIMEOUT_S
+
+    def tick(self, current: Mapping[str, float]) -> bool:
+        """Decide if it is time; publish the shares when they changed. True if it published."""
+        now = self.clock()
+        if not self.leading or now - self._last_check < CHECK_S:
+            return False
+        self._last_check = now
+        measured = signals(list(self.records), WINDOW_MS)
+        if measured is None:
+            return False
+        self.last_signals = asdict(measured)
+        keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
+        in_force = self.published if self.published is not None else dict(current)
+        if not material(keep, in_force):
+            return False
+        self.published = keep
+        self.decisions += 1
+        lifted = all(v >= 1.0 for v in keep.values())
+        payload = {"keep": {} if lifted else keep, "reason": "load fell: " + why if lifted
+                   else why, "measured": self.last_signals}  # fmt: skip
+        self._publish(encode_control(SHED, self.plan.name, payload, self.worker_id),
+                      control_key(self.plan.name, SHED))  # fmt: skip
+        log.info("query %s: shedding controller publishes %s (%s)", self.plan.name,
+                 "lifted" if lifted else keep, why)  # fmt: skip
+        return True
