@@ -54,7 +54,12 @@ from processors.core.plan import (
 )
 from processors.core.query_settings import QuerySettings
 from processors.core.scheduling.config import SchedulingConfig
-from processors.core.schema_derivation import aggregate_schema, output_schema, parse_fields
+from processors.core.schema_derivation import (
+    aggregate_schema,
+    output_schema,
+    parse_fields,
+    with_shedding_fields,
+)
 from processors.core.validation import (
     check_costs,
     check_joins,
@@ -347,6 +352,8 @@ class Query(QuerySettings):
                     for a in aggregates
                 ),
             )
+        if self._shedding is not None:
+            schema = with_shedding_fields(schema, aggregates)
         self._check_ordering(filters)
         operators = self._checked_operators(windows, joins, aggregates)
         self.check_join_tree()

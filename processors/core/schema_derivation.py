@@ -281,3 +281,35 @@ def _nested(fields: list[dict[str, Any]], record: str) -> list[dict[str, Any]]:
         if isinstance(f["type"], dict) and f["name"] in groups and "fields" not in f["type"]:
             f["type"]["fields"] = _nested(groups[f["name"]], f["type"]["name"])
     return out
+
+
+#: the result field of a query that sheds load: the share of the exact result the record was
+#: produced under (the product of its inputs' drop-box shares; 1.0 when nothing is dropped)
+KEPT_FIELD = "_kept"
+#: aggregates that get a scaled estimate beside the sampled value (Horvitz-Thompson)
+ESTIMATED = ("count", "sum")
+
+
+def estimate_field(aggregate: str) -> str:
+    """The result field of an aggregate's scaled estimate: ``n`` -> ``n_est``."""
+    return f"{aggregate}_est"
+
+
+def with_shedding_fields(schema: dict[str, Any], aggregates: tuple[AggregateSpec, ...]) -> dict:
+    """``schema`` with the fields a query that sheds load adds (docs/shedding.md): ``_kept``,
+    and a double ``<name>_est`` after each count and sum (nullable where the sum is)."""
+    out = copy.deepcopy(schema)
+    types = {f["name"]: f["type"] for f in out["fields"]}
+    added = [{"name": KEPT_FIELD, "type": "double", "default": 1.0}]
+    for a in aggregates:
+        if a.func in ESTIMATED:
+            nullable = isinstance(types.get(a.name), list)
+            kind: Any = nullable_avro("double") if nullable else "double"
+            added.append({"name": estimate_field(a.name), "type": kind,
+                          **({"default": None} if nullable else {})})  # fmt: skip
+    taken = sorted(set(types) & {f["name"] for f in added})
+    if taken:
+        raise QueryError(f"shed(): the result already has fields {taken}, which a query that "
+                         "sheds load adds (the kept share and the scaled estimates)")  # fmt: skip
+    out["fields"] = [*out["fields"], *added]
+    return out

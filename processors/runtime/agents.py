@@ -52,13 +52,17 @@ def add_sink_agent(
     codec: RecordCodec,
     result_topic: str,
     result_partitions: int,
+    stamp: Callable[[Batch], Batch] | None = None,
 ) -> AgentStats:
-    """Envelopes -> one Avro record per message on the result topic; deletes get a sign header.
+    """Envelopes -> one Avro record per message on the result topic; deletes get a sign header
+    (``stamp``: the shares a query that sheds load writes beside its results).
 
     Result records carry the time they are produced; the sink also records each batch's output
     latency (now minus the arrival of its oldest input tuple) in its statistics."""
 
     def encode(batch: Batch, partition: int) -> list[Encoded]:
+        if stamp is not None:
+            batch = stamp(batch)
         return [(batch, *codec.encode_many(batch.columns, len(batch)))]
 
     stats: AgentStats

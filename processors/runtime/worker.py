@@ -45,7 +45,7 @@ from processors.runtime.kafka_security import KafkaSecurity, current_security, f
 from processors.runtime.layouts import expected_layouts
 from processors.runtime.producer import RecordProducer
 from processors.runtime.restore import Restorer
-from processors.runtime.results import ResultWriter
+from processors.runtime.results import ResultWriter, SharesStamp
 from processors.runtime.scheduler import Scheduling, add_scheduling_agents
 from processors.runtime.shedding import Shedding
 from processors.runtime.stage_agent import add_stage_agent
@@ -216,9 +216,9 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     out_codec = _warm_up(RecordCodec(plan.output_schema, registry=_registry(options)))
     results = None
     if not pipeline.sink_agent:
-        results = ResultWriter(
-            ctx, out_codec, plan.result_topic, plan.result_partitions or 1, SINK_AGENT
-        )
+        stamp = SharesStamp.of(plan, ctx.shedding.kept_fraction)
+        results = ResultWriter(ctx, out_codec, plan.result_topic, plan.result_partitions or 1,
+                               SINK_AGENT, stamp)  # fmt: skip
     tail = _fused_tail(ctx, plan, pipeline, results) if pipeline.fused else None
     for stream in plan.streams:
         codec = _warm_up(RecordCodec(stream.schema, registry=_registry(options)))
@@ -393,6 +393,7 @@ def _add_step_agents(
         codec=out_codec,
         result_topic=plan.result_topic,
         result_partitions=plan.result_partitions or 1,
+        stamp=SharesStamp.of(plan, ctx.shedding.kept_fraction),
     )
 
 

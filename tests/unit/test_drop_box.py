@@ -76,3 +76,47 @@ def test_the_mask_is_numba_and_matches_apply() -> None:
     mask = box.mask(1, np.arange(1_000, dtype=np.int64))
     kept = box.apply(block(1, 0, 1_000)).offsets
     assert kept == np.flatnonzero(mask).tolist()
+
+
+def test_a_shed_querys_results_carry_the_share_and_scaled_estimates() -> None:
+    """``_kept`` is the product of the inputs' shares; count and sum get Horvitz-Thompson
+    estimates beside them; the records read back by the apache avro package."""
+    import io
+    import json
+
+    import avro.io
+    import avro.schema
+
+    from processors.core.batch import Batch
+    from processors.core.query import Query
+    from processors.runtime.results import SharesStamp
+    from topics.avro import load_schema
+    from topics.columnar import RecordCodec
+
+    packet = load_schema("packet")
+    q = Query("grouped")
+    q.stream("a", topic="ta", schema=packet, key="pid", timestamp="ts").window("a", range_ms=1_000)
+    q.stream("b", topic="tb", schema=packet, key="pid", timestamp="ts").window("b", range_ms=1_000)
+    q.join("a.pid", "b.pid").group_by("a.src")
+    q.aggregate(n="count", total=("sum", "b.size"), top=("max", "b.size")).into("out").shed(500)
+    plan = q.build()
+    names = [f["name"] for f in plan.output_schema["fields"]]
+    assert names == ["src", "n", "total", "top", "_kept", "n_est", "total_est"]
+    stamp = SharesStamp.of(plan, lambda: {"a": 0.5, "b": 0.8})
+    assert stamp is not None
+    columns = {"src": [1, 2], "n": [4, 10], "total": [400, 1_000], "top": [150, 200]}
+    batch = Batch.inserts({k: np.array(v) for k, v in columns.items()})
+    out = stamp(batch)
+    data, offsets = RecordCodec(plan.output_schema).encode_many(out.columns, 2)
+    schema = avro.schema.parse(json.dumps(plan.output_schema))
+    reader = avro.io.DatumReader(schema, schema)
+    rows = [reader.read(avro.io.BinaryDecoder(io.BytesIO(bytes(data[offsets[i] + 10:
+            offsets[i + 1]])))) for i in range(2)]  # fmt: skip
+    assert rows[0]["_kept"] == pytest.approx(0.4) and rows[1]["n_est"] == pytest.approx(25.0)
+    assert rows[0]["total_est"] == pytest.approx(1_000.0) and rows[1]["top"] == 200
+    unshed = Query("plain").stream("a", topic="ta", schema=packet).into("o").build()
+    assert SharesStamp.of(unshed, dict) is None
+    with pytest.raises(Exception, match="_kept"):
+        Query("x").stream("a", topic="ta", schema=packet).select(_kept="a.size").into("o").shed(
+            500
+        ).build()
