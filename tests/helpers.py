@@ -71,3 +71,22 @@ class FakeApp:
             return fn
 
         return register
+
+
+def signed_result_rows(bootstrap: str, topic: str, schema: dict, fields: tuple[str, ...]) -> Any:
+    """Counter of (sign, the ``fields`` of a result record) over ``topic``'s records, each
+    decoded with the query's result ``schema`` (a delete has the sign header)."""
+    from collections import Counter
+
+    from processors.runtime.producer import SIGN_HEADER
+    from topics.admin import read_topic
+    from topics.avro import SchemaStore, decode_single_object
+
+    store = SchemaStore(load=False)
+    store.add(schema)
+    out: Counter = Counter()
+    for record in read_topic(bootstrap, topic):
+        row = decode_single_object(record.value, schema, store)
+        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
+        out[(sign, *(row[f] for f in fields))] += 1
+    return out

@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from helpers import signed_result_rows
 from integration.test_routing_broker import RANGE_MS, packets, produce, stored, window_deltas
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.queries import load_plan
-from processors.runtime.producer import SIGN_HEADER
-from topics.admin import ensure_topics, read_topic
-from topics.avro import SchemaStore, decode_single_object
+from topics.admin import ensure_topics
 from topics.specs import TopicSpec
 
 CATALOG = "\n".join(
@@ -61,17 +60,6 @@ def oracle_join3(inputs: list[list[tuple[int, int, dict]]]) -> Counter:
         if sign > 0:
             own[key] += 1
     return +Counter({e: n for e, n in out.items() if n})
-
-
-def signed_rows(bootstrap: str, topic: str, schema: dict, fields: tuple[str, ...]) -> Counter:
-    store = SchemaStore(load=False)
-    store.add(schema)
-    out: Counter = Counter()
-    for record in read_topic(bootstrap, topic):
-        row = decode_single_object(record.value, schema, store)
-        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
-        out[(sign, *(row[f] for f in fields))] += 1
-    return out
 
 
 def test_a_join_tree_and_the_mjoin_give_the_same_results_as_the_oracle(
@@ -121,11 +109,11 @@ def test_a_join_tree_and_the_mjoin_give_the_same_results_as_the_oracle(
     plans = {name: load_plan(str(path), str(catalog)) for name, path in files.items()}
     assert plans["tree"].join_tree is not None and plans["mjoin"].join_tree is None
     dsts = ("a_dst", "b_dst", "c_dst")
-    tree = signed_rows(bootstrap, results["tree"], plans["tree"].output_schema, dsts)
-    mjoin = signed_rows(bootstrap, results["mjoin"], plans["mjoin"].output_schema, dsts)
+    tree = signed_result_rows(bootstrap, results["tree"], plans["tree"].output_schema, dsts)
+    mjoin = signed_result_rows(bootstrap, results["mjoin"], plans["mjoin"].output_schema, dsts)
     assert tree == mjoin, (sum((tree - mjoin).values()), sum((mjoin - tree).values()))
     assert tree == want, (sum((tree - want).values()), sum((want - tree).values()))
-    groups = signed_rows(bootstrap, results["groups"], plans["groups"].output_schema,
+    groups = signed_result_rows(bootstrap, results["groups"], plans["groups"].output_schema,
                          ("src", "n", "total"))  # fmt: skip
     final: Counter = Counter()
     for (sign, *row), count in groups.items():

@@ -15,15 +15,14 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from helpers import signed_result_rows
 from integration.test_routing_broker import oracle_join, packets, produce, stored
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.queries import load_plan
 from processors.runtime.control import publish_shed
-from processors.runtime.producer import SIGN_HEADER
 from processors.runtime.shedding import DropBox
-from topics.admin import ensure_topics, read_topic
-from topics.avro import SchemaStore, decode_single_object
+from topics.admin import ensure_topics
 from topics.specs import TopicSpec
 
 FILTER = """\
@@ -70,17 +69,6 @@ def wait_keeping(worker: WorkerProcess, stream: str, keep: float, timeout: float
         time.sleep(0.3)
 
 
-def rows(bootstrap: str, topic: str, schema: dict, fields: tuple[str, ...]) -> Counter:
-    store = SchemaStore(load=False)
-    store.add(schema)
-    out: Counter = Counter()
-    for record in read_topic(bootstrap, topic):
-        row = decode_single_object(record.value, schema, store)
-        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
-        out[(sign, *(row[f] for f in fields))] += 1
-    return out
-
-
 def test_a_worker_keeps_what_the_box_says_and_its_replacement_the_same(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
@@ -109,7 +97,7 @@ def test_a_worker_keeps_what_the_box_says_and_its_replacement_the_same(
     finally:
         codes = [w.stop() for w in (worker, replacement) if w is not None]
     assert codes[-1] == 0, replacement.log_tail() if replacement else ""
-    got = rows(bootstrap, result, plan.output_schema, ("dst",))
+    got = signed_result_rows(bootstrap, result, plan.output_schema, ("dst",))
     assert {dst for (_, dst) in got} == want  # repeats after the kill allowed, nothing else
 
 
@@ -140,7 +128,7 @@ def test_a_shed_join_gives_exactly_the_join_of_the_kept_records(
     finally:
         code = worker.stop()
     assert code == 0, worker.log_tail()
-    got = rows(bootstrap, result, plan.output_schema, ("a_dst", "b_dst"))
+    got = signed_result_rows(bootstrap, result, plan.output_schema, ("a_dst", "b_dst"))
     assert got == want
     exact_pairs = {(dict(ka)["dst"], dict(kb)["dst"]) for (s, (ka, kb)) in exact if s > 0}
     assert {(x, y) for (s, x, y) in got if s > 0} <= exact_pairs  # precision 1.0
