@@ -2,10 +2,11 @@
 
 It runs where the scheduler runs: on the worker the stats topic's partition is assigned to,
 which sees every worker's Stats records. Every CHECK_S it measures the load over the last
-WINDOW_MS and asks :func:`processors.core.cost.shed_policy.next_keep` for the shares; when
-they differ materially from those in force it publishes them as a SHED record, which every
-worker (this one too) applies when it reads it back from the control topic, as the
-scheduling plan is applied.
+WINDOW_MS, from what was measured under the shares in force, and asks
+:func:`processors.core.cost.shed_policy.next_keep` for the shares; when they differ
+materially from those in force it publishes them as a DROP_RATES record, which every worker
+(this one too) applies when it reads it back from the control topic, as the scheduling plan is
+applied.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ log = logging.getLogger(__name__)
 #: how often the controller decides, and the window of statistics it decides on
 CHECK_S = 2.0
 WINDOW_MS = 4_000
+#: after a change, statistics count from this long after it (the workers read the record and
+#: the queues respond), and a decision needs at least MIN_SPAN_MS of them
+SETTLE_MS = 500
+MIN_SPAN_MS = 1_500
 #: the records kept for the cost model's figures (every worker's, about the last minute)
 KEPT_RECORDS = 2_000
 #: a worker stops acting as the controller when no stats arrived for this long
@@ -50,6 +55,7 @@ class ShedController:
         self._last_stats = float("-inf")
         self._last_check = float("-inf")
         self.published: dict[str, float] | None = None
+        self._since_ms = 0  # statistics before this were measured under other shares
         self.decisions = 0
         self.last_signals: dict[str, Any] | None = None
 
@@ -69,7 +75,7 @@ class ShedController:
         if not self.leading or now - self._last_check < CHECK_S:
             return False
         self._last_check = now
-        measured = signals(list(self.records), WINDOW_MS)
+        measured = signals(list(self.records), WINDOW_MS, self._since_ms, MIN_SPAN_MS)
         if measured is None:
             return False
         self.last_signals = asdict(measured)
@@ -78,6 +84,7 @@ class ShedController:
         if not material(keep, in_force):
             return False
         self.published = keep
+        self._since_ms = int(now * 1000) + SETTLE_MS
         self.decisions += 1
         lifted = all(v >= 1.0 for v in keep.values())
         payload = {"keep": {} if lifted else keep, "reason": "load fell: " + why if lifted

@@ -1,21 +1,27 @@
 """How much the drop boxes keep next, from what the workers measured (docs/shedding.md).
 
-Every few seconds the shedding controller reads the query's recent Stats records and decides:
+Every few seconds the shedding controller reads the Stats records measured under the shares in
+force and decides:
 
-1. **The load.** ``busy``: the busiest worker's processor share over the window; ``read``:
-   records its ingest agents read per second, all workers; ``growth``: how fast their backlog
-   grows. The offered load is ``read + growth``, and at the current shares the workers would
-   need ``need = busy * offered / read`` of their processors to keep up.
-2. **The budget.** The cost must shrink (or may grow) by ``scale = target / need``, where
-   ``target`` is the query's target utilization, lowered while the output latency is over the
-   bound (so that the backlog drains) and while a backlog is left.
-3. **The shares.** The cost model (Ayad & Naughton, Sect. 3) at the offered rates, with the
-   statistics measured on the stats topic (un-shed: rates and RANGE windows divided by the
-   shares they were measured at), gives the cost at the current shares; the drop boxes for
-   ``scale`` times that cost are Sect. 5's (:func:`processors.core.cost.shedding.approximate`:
-   the knapsack over ROWS windows, the search over RANGE ones), at least ``min_keep`` each.
-   Without the figures the model needs yet (a query's first seconds), every share is scaled
-   alike by ``scale``.
+1. **The load.** For each agent of each worker: its busy share of the window, the tuples it
+   took in, and how fast what waits before it grows (a least-squares slope over the window).
+   To keep up with its input it would need ``busy * (in + growth) / in`` of a processor; the
+   largest such need is the bottleneck's, ``need``. (A drop box sits before decoding, so the
+   ingest agents read on at speed under overload while the queue builds before the join.)
+2. **The budget.** The cost must shrink (or may grow) by ``scale = aim / need``, where ``aim``
+   is the query's target utilization, lowered while the output latency is over the bound and
+   the backlog would not drain within it at the present pace.
+3. **The shares.** The cost model (Ayad & Naughton, Sect. 3) with the statistics measured on
+   the stats topic, un-shed (the ingest agents count every record read; RANGE windows are
+   divided by the shares they were measured at), gives the cost at the current shares; the
+   drop boxes for ``scale`` times that cost are Sect. 5's
+   (:func:`processors.core.cost.shedding.approximate`: the knapsack over ROWS windows, the
+   search over RANGE ones), at least ``min_keep`` each. Without the figures the model needs
+   yet (a query's first seconds), every share is scaled alike by ``scale``.
+4. **Damping.** A raise goes at most to ``1.5 * share + 0.1`` per decision (a load measured at
+   small shares extrapolates badly: a RANGE join's cost grows faster than its shares), unless
+   the load is clearly light (need under half the aim, no backlog, latency under half the
+   bound): then the boxes are lifted at once.
 
 The measured utilization calibrates the model (its absolute cost per tuple need not be right,
 only its shape); the latency feedback corrects what both miss.
@@ -44,67 +50,105 @@ DRAIN = 0.7
 MATERIAL = 0.02
 #: the search's effort at run time (cost model evaluations; docs/shedding.md)
 RUN_TIME_EFFORT = 400
+#: a raise is at most to current * RAISE_FACTOR + RAISE_STEP ...
+RAISE_FACTOR, RAISE_STEP = 1.5, 0.1
+#: ... unless the load is light: the bottleneck needs under LIGHT of the aim, at most
+#: LIGHT_BACKLOG records wait, and the latency is under half the bound (then a lift is at once)
+LIGHT, LIGHT_BACKLOG = 0.5, 100
 
 
 @dataclass(frozen=True)
 class Signals:
-    busy: float  # the busiest worker's busy share of the window, 0..1
+    need: float  # the bottleneck agent's processor share to keep up at the current shares
+    bottleneck: str  # which agent (worker/agent)
     read_per_s: float  # records read by the ingest agents, all workers
-    growth_per_s: float  # backlog growth (records per second; negative: draining)
-    backlog: int  # records waiting in the input topics now
+    growth_per_s: float  # growth of the records waiting before every agent (negative: draining)
+    backlog: int  # records waiting before every agent now
     latency_ms: float  # the largest output latency in the window
     workers: int
 
-    @property
-    def need(self) -> float:
-        """The processor share the current shares would need to keep up with the input."""
-        if self.read_per_s <= 0:
-            return self.busy
-        return self.busy * max(self.read_per_s + self.growth_per_s, 0.0) / self.read_per_s
 
+def signals(
+    records: Sequence[Record], window_ms: int, since_ms: int = 0, min_span_ms: int = 0
+) -> Signals | None:
+    """The load over the newest ``window_ms`` of ``records``, from what was measured after
+    ``since_ms`` (under the shares in force) over at least ``min_span_ms`` (None: not yet).
 
-def signals(records: Sequence[Record], window_ms: int) -> Signals | None:
-    """The load over the newest ``window_ms`` of ``records`` (None: nothing measured yet)."""
-    agent = [r for r in records if r.get("scope", "AGENT") == "AGENT"]
-    if not agent:
+    Each agent of each worker on its own: its busy share, the tuples it took in, and the
+    growth of what waits before it (a least-squares slope: one backlog reading is noisy). Its
+    need is ``busy * (in + growth) / in``: what it would take to keep up with its input; the
+    largest need is the bottleneck's. (Agents' busy times overlap, a step's result writes
+    inside its turn, so they are not added up.)"""
+    recent = [
+        r for r in records
+        if r.get("scope", "AGENT") == "AGENT" and r["agent"] != "scheduler"
+        and r["window_start_ms"] >= since_ms
+    ]  # fmt: skip
+    if not recent:
         return None
-    end = max(r["window_end_ms"] for r in agent)
-    recent = [r for r in agent if r["window_end_ms"] > end - window_ms]
-    span_s = max(1e-3, (end - min(r["window_start_ms"] for r in recent)) / 1000)
-    busy_ns: dict[str, int] = {}
+    end = max(r["window_end_ms"] for r in recent)
+    recent = [r for r in recent if r["window_end_ms"] > end - window_ms]
+    start = min(r["window_start_ms"] for r in recent)
+    if end - start < max(min_span_ms, 1):
+        return None
+    span_s = (end - start) / 1000
+    by_agent: dict[tuple[str, str], list[Record]] = {}
     for r in recent:
-        busy_ns[r["worker_id"]] = busy_ns.get(r["worker_id"], 0) + int(r["busy_ns"])
-    ingest = [r for r in recent if str(r["agent"]).startswith("ingest.")]
-    read = sum(int(r["tuples_in"]) for r in ingest) / span_s
-    first, last = _backlog_at(ingest, min), _backlog_at(ingest, max)
-    growth = (last[1] - first[1]) / max(1e-3, (last[0] - first[0]) / 1000) if ingest else 0.0
+        by_agent.setdefault((r["worker_id"], str(r["agent"])), []).append(r)
+    need, bottleneck, backlog, growth = 0.0, "", 0, 0.0
+    for (worker, agent), mine in by_agent.items():
+        mine.sort(key=lambda r: r["window_end_ms"])
+        busy = sum(int(r["busy_ns"]) for r in mine) / (span_s * 1e9)
+        taken = sum(int(r["tuples_in"]) for r in mine) / span_s
+        slope = _slope([(r["window_end_ms"] / 1000, float(r["backlog_tuples"])) for r in mine])
+        backlog += int(mine[-1]["backlog_tuples"])
+        growth += slope
+        mine_need = busy * (taken + slope) / taken if taken > 0 else busy + (slope > 0)
+        if mine_need > need:
+            need, bottleneck = mine_need, f"{worker}/{agent}"
+    read = (
+        sum(int(r["tuples_in"]) for r in recent if str(r["agent"]).startswith("ingest.")) / span_s
+    )
     latency = max((float(r["latency_ms_max"]) for r in recent), default=0.0)
-    busy = max(busy_ns.values()) / (span_s * 1e9)
-    return Signals(min(busy, 1.0), read, growth, int(last[1]), latency, len(busy_ns))
+    workers = len({w for w, _ in by_agent})
+    return Signals(max(need, 0.0), bottleneck, read, growth, backlog, latency, workers)
 
 
-def _backlog_at(ingest: Sequence[Record], pick: Any) -> tuple[int, float]:
-    """(time, total backlog) at the oldest (pick=min) or newest (max) window end: each
-    (worker, agent)'s record at or before it."""
-    if not ingest:
-        return 0, 0.0
-    at = pick(r["window_end_ms"] for r in ingest)
-    latest: dict[tuple[str, str], Record] = {}
-    for r in ingest:
-        key = (r["worker_id"], r["agent"])
-        if r["window_end_ms"] <= at and (
-            key not in latest or r["window_end_ms"] > latest[key]["window_end_ms"]
-        ):
-            latest[key] = r  # fmt: skip
-    return at, float(sum(int(r["backlog_tuples"]) for r in latest.values()))
+def _slope(points: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope of (t, y) points (0 for fewer than two)."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return 0.0 if var <= 0 else sum((t - mt) * (y - my) for t, y in points) / var
 
 
 def target(config: ShedConfig, s: Signals) -> float:
-    """The processor share to aim at: the configured one, less while over the bound."""
+    """The processor share to aim at: the configured one, less while the latency is over the
+    bound and the backlog would not drain within it at the present pace."""
     aim = config.target_utilization
-    if s.latency_ms > config.max_latency_ms:
+    bound_s = config.max_latency_ms / 1000
+    draining = s.backlog <= 0 or (s.growth_per_s < 0 and s.backlog / -s.growth_per_s <= bound_s)
+    if s.latency_ms > config.max_latency_ms and not draining:
         aim *= DRAIN
     return aim
+
+
+def _capped(
+    keep: Mapping[str, float], current: Mapping[str, float], lift: bool
+) -> dict[str, float]:
+    """``keep`` with each raise limited to RAISE_FACTOR * current + RAISE_STEP (a load
+    measured at small shares extrapolates badly to large ones: a RANGE join's cost is not
+    linear in them); cuts are not limited, nor a lift when the load is clearly light."""
+    if lift:
+        return dict(keep)
+    out = {}
+    for n, k in keep.items():
+        now = current.get(n, 1.0)
+        out[n] = min(k, 1.0, now * RAISE_FACTOR + RAISE_STEP) if k > now else k
+    return out
 
 
 def next_keep(
@@ -123,15 +167,17 @@ def next_keep(
     scale = aim / need
     if all(current.get(n, 1.0) >= 1.0 for n in names) and scale >= 1.0:
         return dict.fromkeys(names, 1.0), "keeping up"
-    why = (f"workers need {need:.2f} of their processors for the input, aim {aim:.2f}; "
+    why = (f"{s.bottleneck} needs {need:.2f} of a processor for its input, aim {aim:.2f}; "
            f"latency {s.latency_ms:.0f} ms (bound {config.max_latency_ms} ms), backlog "
            f"{s.backlog}")  # fmt: skip
+    light = need < LIGHT * aim and s.backlog <= LIGHT_BACKLOG
+    light = light and s.latency_ms < config.max_latency_ms / 2
     try:
         keep = _modelled(plan, records, s, current, config, scale)
-        return keep, why
     except ValueError as exc:  # the model lacks figures yet: every share alike
         keep = {n: min(1.0, max(config.min_keep, current.get(n, 1.0) * scale)) for n in names}
-        return keep, f"{why} (shares scaled alike: {exc})"
+        why = f"{why} (shares scaled alike: {exc})"
+    return _capped(keep, current, light), why
 
 
 def _modelled(
@@ -144,8 +190,7 @@ def _modelled(
 ) -> dict[str, float]:
     figures = measured_stats(plan, list(records), "the stats topic")
     inputs = bind(plan, figures)
-    offered = (s.read_per_s + max(s.growth_per_s, 0.0)) / s.read_per_s if s.read_per_s else 1.0
-    inputs = _unshed(inputs, current, offered)
+    inputs = _unshed(inputs, current)
     names = tuple(x.name for x in plan.streams)
     shape = Shape(names, Leaf(names[0])) if len(names) == 1 else _running_shape(plan, names)
     now = evaluate(shape, inputs, {n: current.get(n, 1.0) for n in names}).cost_per_s
@@ -156,14 +201,14 @@ def _modelled(
     return got.keep
 
 
-def _unshed(inputs: CostInputs, current: Mapping[str, float], offered: float) -> CostInputs:
-    """The inputs without the drop boxes' effect: read rates (all records read, kept or not)
-    times the offered share, RANGE windows as if every record were kept."""
+def _unshed(inputs: CostInputs, current: Mapping[str, float]) -> CostInputs:
+    """The inputs without the drop boxes' effect: the rates of all records read (kept or not),
+    RANGE windows as if every record were kept."""
     streams = {}
     for name, st in inputs.streams.items():
         x = max(current.get(name, 1.0), 1e-6)
         window = st.window if st.tuple_window or math.isinf(st.window) else st.window / x
-        streams[name] = replace(st, rate=st.rate * offered, window=window)
+        streams[name] = replace(st, window=window)
     return CostInputs(streams, inputs.joins, inputs.join_cost_s, inputs.filter_cost_s,
                       inputs.capacity)  # fmt: skip
 
