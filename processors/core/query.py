@@ -61,6 +61,7 @@ from processors.core.schema_derivation import (
     with_shedding_fields,
 )
 from processors.core.validation import (
+    check_aggregates,
     check_costs,
     check_joins,
     check_partitions,
@@ -413,32 +414,9 @@ class Query(QuerySettings):
         return tuple(checked)
 
     def _checked_aggregates(self) -> tuple[tuple[ColumnRef, ...], tuple[AggregateSpec, ...]]:
-        group_by = self._group_by or ()
-        if group_by and not self._aggregates:
-            raise QueryError("group_by() needs at least one aggregate(): e.g. n='count'")
-        if self._aggregates and self._select is not None:
-            raise QueryError("select() and aggregate() do not mix: the result is the groups")
-        for ref in group_by:
-            self._field(ref, "group_by()")
-        names = [str(r.field) for r in group_by]
-        specs = []
-        for name, func, ref in self._aggregates:
-            if ref is not None:
-                info = self._field(ref, f"aggregate {name}")
-                if func in ("sum", "avg") and info.family not in ("integer", "floating"):
-                    raise QueryError(
-                        f"aggregate {name}: {func} needs a number, {ref} is {info.type}"
-                    )
-                if func in ("min", "max") and info.family not in ("integer", "floating"):
-                    raise QueryError(
-                        f"aggregate {name}: {func} of {info.type} column {ref} is not supported "
-                        "(numbers only)"
-                    )
-            if name in names:
-                raise QueryError(f"aggregate {name}: the result already has a field {name!r}")
-            names.append(name)
-            specs.append(AggregateSpec(func, ref, name))  # type: ignore[arg-type]
-        return group_by, tuple(specs)
+        return check_aggregates(
+            self._group_by or (), self._aggregates, self._select is not None, self._field
+        )
 
     def _field(self, ref: ColumnRef, what: str, passed_through: bool = False) -> FieldInfo:
         spec = self._streams.get(ref.stream)

@@ -16,6 +16,7 @@ from processors.core.columns import Predicate
 from processors.core.equivalence import Components
 from processors.core.expressions import Expr, refs, result_type
 from processors.core.plan import (
+    AggregateSpec,
     ColumnRef,
     FieldInfo,
     Filter,
@@ -271,3 +272,37 @@ def output_columns(
         taken[name] = ref
         out.append(OutputColumn(name, ref, info.type))
     return tuple(out)
+
+
+def check_aggregates(
+    group_by: tuple[ColumnRef, ...],
+    aggregates: Iterable[tuple[str, str, ColumnRef | None]],
+    selected: bool,
+    field: Callable[[ColumnRef, str], FieldInfo],
+) -> tuple[tuple[ColumnRef, ...], tuple[AggregateSpec, ...]]:
+    """The GROUP BY columns and the aggregates (name, function, column) of a query, checked:
+    functions that need numbers get numbers, names do not clash, select() is not mixed in."""
+    aggregates = list(aggregates)
+    if group_by and not aggregates:
+        raise QueryError("group_by() needs at least one aggregate(): e.g. n='count'")
+    if aggregates and selected:
+        raise QueryError("select() and aggregate() do not mix: the result is the groups")
+    for ref in group_by:
+        field(ref, "group_by()")
+    names = [str(r.field) for r in group_by]
+    specs = []
+    for name, func, ref in aggregates:
+        if ref is not None:
+            info = field(ref, f"aggregate {name}")
+            if func in ("sum", "avg") and info.family not in ("integer", "floating"):
+                raise QueryError(f"aggregate {name}: {func} needs a number, {ref} is {info.type}")
+            if func in ("min", "max") and info.family not in ("integer", "floating"):
+                raise QueryError(
+                    f"aggregate {name}: {func} of {info.type} column {ref} is not supported "
+                    "(numbers only)"
+                )
+        if name in names:
+            raise QueryError(f"aggregate {name}: the result already has a field {name!r}")
+        names.append(name)
+        specs.append(AggregateSpec(func, ref, name))  # type: ignore[arg-type]
+    return group_by, tuple(specs)
