@@ -31,6 +31,9 @@ WINDOW_MS = 4_000
 #: the queues respond), and a decision needs at least MIN_SPAN_MS of them
 SETTLE_MS = 500
 MIN_SPAN_MS = 1_500
+#: a worker's first seconds of work measure its warm-up (imports, compilation, connections,
+#: the first fetches), not the load: its statistics count from this long after its first tuple
+WARMUP_MS = 3_000
 #: the records kept for the cost model's figures (every worker's, about the last minute)
 KEPT_RECORDS = 2_000
 #: a worker stops acting as the controller when no stats arrived for this long
@@ -56,6 +59,7 @@ class ShedController:
         self._last_check = float("-inf")
         self.published: dict[str, float] | None = None
         self._since_ms = 0  # statistics before this were measured under other shares
+        self._active_from: dict[str, int] = {}  # worker -> when its first tuple came
         self.decisions = 0
         self.last_signals: dict[str, Any] | None = None
 
@@ -63,6 +67,13 @@ class ShedController:
         if record.get("query") != self.plan.name or record.get("scope") != "AGENT":
             return
         self._last_stats = self.clock()
+        worker = str(record.get("worker_id"))
+        if worker not in self._active_from:
+            if not record.get("tuples_in"):
+                return
+            self._active_from[worker] = int(record["window_start_ms"])
+        if record["window_start_ms"] < self._active_from[worker] + WARMUP_MS:
+            return  # warming up
         self.records.append(record)
 
     @property

@@ -83,7 +83,7 @@ def test_overload_sheds_to_the_target_and_more_while_over_the_bound() -> None:
 
 def test_raises_are_damped_and_a_light_load_lifts_at_once() -> None:
     config = ShedConfig(500)
-    moderate = signals(records(1_000, 0.3, 0, 0, 300.0), 4_000)
+    moderate = signals(records(1_000, 0.3, 0, 0, 600.0), 4_000)  # over the bound: not light
     assert moderate is not None
     keep, _ = next_keep(plan(), [], moderate, {"r": 0.1}, config)
     assert keep["r"] == pytest.approx(0.1 * 1.5 + 0.1)  # would be 0.27 at once: damped
@@ -99,7 +99,11 @@ def test_the_controller_publishes_a_shed_record_when_the_shares_change() -> None
     clock = [100.0]
     ctl = ShedController(plan(), lambda value, key: sent.append((value, key)), "w1",
                          clock=lambda: clock[0])  # fmt: skip
-    for r in records(1_000, 1.0, 0, 2_000, 900.0):
+    for r in records(1_000, 1.0, 0, 2_000, 900.0, seconds=3):
+        ctl.on_stats(r)
+    assert not ctl.tick({"r": 1.0}) and not sent  # a worker's first 3 s are its warm-up
+    clock[0] += 2.0
+    for r in records(1_000, 1.0, 6_000, 2_000, 900.0, seconds=3, start_ms=13_000):
         ctl.on_stats(r)
     assert ctl.tick({"r": 1.0})
     value, key = sent[0]

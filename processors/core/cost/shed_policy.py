@@ -20,8 +20,8 @@ force and decides:
    yet (a query's first seconds), every share is scaled alike by ``scale``.
 4. **Damping.** A raise goes at most to ``1.5 * share + 0.1`` per decision (a load measured at
    small shares extrapolates badly: a RANGE join's cost grows faster than its shares), unless
-   the load is clearly light (need under half the aim, no backlog, latency under half the
-   bound): then the boxes are lifted at once.
+   the load is clearly light (need under half the aim, a quarter second's reading at most
+   waiting, latency within the bound): then the boxes are lifted at once.
 
 The measured utilization calibrates the model (its absolute cost per tuple need not be right,
 only its shape); the latency feedback corrects what both miss.
@@ -53,8 +53,9 @@ RUN_TIME_EFFORT = 400
 #: a raise is at most to current * RAISE_FACTOR + RAISE_STEP ...
 RAISE_FACTOR, RAISE_STEP = 1.5, 0.1
 #: ... unless the load is light: the bottleneck needs under LIGHT of the aim, at most
-#: LIGHT_BACKLOG records wait, and the latency is under half the bound (then a lift is at once)
-LIGHT, LIGHT_BACKLOG = 0.5, 100
+#: LIGHT_BACKLOG records (or LIGHT_BACKLOG_S seconds of reading) wait, and the latency is
+#: within the bound (then a lift is at once)
+LIGHT, LIGHT_BACKLOG, LIGHT_BACKLOG_S = 0.5, 100, 0.25
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,9 @@ def next_keep(
     why = (f"{s.bottleneck} needs {need:.2f} of a processor for its input, aim {aim:.2f}; "
            f"latency {s.latency_ms:.0f} ms (bound {config.max_latency_ms} ms), backlog "
            f"{s.backlog}")  # fmt: skip
-    light = need < LIGHT * aim and s.backlog <= LIGHT_BACKLOG
-    light = light and s.latency_ms < config.max_latency_ms / 2
+    light = need < LIGHT * aim
+    light = light and s.backlog <= max(LIGHT_BACKLOG, LIGHT_BACKLOG_S * s.read_per_s)
+    light = light and s.latency_ms < config.max_latency_ms
     try:
         keep = _modelled(plan, records, s, current, config, scale)
     except ValueError as exc:  # the model lacks figures yet: every share alike
