@@ -120,3 +120,17 @@ def test_a_shed_querys_results_carry_the_share_and_scaled_estimates() -> None:
         Query("x").stream("a", topic="ta", schema=packet).select(_kept="a.size").into("o").shed(
             500
         ).build()
+
+
+def test_control_shed_reads_its_shares_and_names_a_bad_one() -> None:
+    from processors.cli import build_parser
+    from processors.commands.control_cmd import shares
+
+    assert shares(["a=0.5", "b=1"], ["a", "b"]) == {"a": 0.5, "b": 1.0}
+    for bad, why in [("c=0.5", "STREAM one of a, b"), ("a=x", "not a number"),
+                     ("a=1.5", "between 0 and 1"), ("a", "STREAM=SHARE")]:  # fmt: skip
+        with pytest.raises(ValueError, match=why):
+            shares([bad], ["a", "b"])
+    args = build_parser().parse_args(["control", "shed", "q.cql", "--keep", "a=0.2", "--lift"])
+    assert args.keep == ["a=0.2"] and args.lift
+    assert build_parser().parse_args(["control", "policy", "q", "fifo"]).policy == "fifo"
