@@ -14,7 +14,6 @@ with it from then on.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -26,6 +25,7 @@ from processors.core.scheduling.measured import StatsWindow, Totals, measured_pl
 from processors.core.scheduling.plan import SchedulingPlan
 from processors.core.scheduling.policies import make_policy
 from processors.runtime.arbiter import Arbiter
+from processors.runtime.change_log import ChangeLog
 from processors.runtime.control import (
     POLICY,
     PRIORITIES,
@@ -112,7 +112,7 @@ class Scheduling:
         self._last_check = float("-inf")
         self._force_publish = False
         self._last_ranking: list[list[str]] | None = None
-        self.changes: list[dict[str, Any]] = []
+        self.changes = ChangeLog()
         arbiter.enabled = config.policy != "off"
 
     # -- the scheduler ------------------------------------------------------------------------
@@ -199,7 +199,7 @@ class Scheduling:
             self.window = StatsWindow(self.config.stats_window_s * 1000)
             log.info("query %s: scheduling policy is now %s (%s)", self.query,
                      self.config.policy, record.issuer or "unknown issuer")  # fmt: skip
-            self._remember({
+            self.changes.record({
                 "kind": "policy", "time_ms": int(self.clock() * 1000),
                 "from": previous.to_json(), "to": self.config.to_json(),
                 "issuer": record.issuer,
@@ -234,13 +234,9 @@ class Scheduling:
             "plan_version": self.plan_version,
         }
         self._last_ranking = ranking
-        self._remember(change)
+        self.changes.record(change)
         log.info("query %s: %s priorities now %s", self.query, self.config.policy,
                  " > ".join("=".join(level) for level in ranking))  # fmt: skip
-
-    def _remember(self, change: dict[str, Any]) -> None:
-        """Keep the last 20 changes for the status page; each is reported once as an event."""
-        self.changes = [*self.changes[-19:], change]
 
     def snapshot(self) -> dict[str, Any]:
         """For the status page: the policy in force, the plan it runs on, the arbiter."""
@@ -250,16 +246,13 @@ class Scheduling:
             "scheduler_here": self.leading,
             "plan_version": self.plan_version,
             "plan": None if self.plan is None else plan_to_json(self.plan),
-            "changes": [{k: v for k, v in c.items() if k != "reported"} for c in self.changes],
+            "changes": self.changes.entries(),
             "arbiter": self.arbiter.snapshot(),
         }
 
     def events(self) -> list[dict[str, Any]]:
         """Priority changes since the last call (for the stats topic), as JSON-able dicts."""
-        out = [dict(c) for c in self.changes if not c.get("reported")]
-        for c in self.changes:
-            c["reported"] = True
-        return json.loads(json.dumps(out))
+        return self.changes.unreported()
 
 
 def _clearly_above(x: float, y: float, margin: float) -> bool:

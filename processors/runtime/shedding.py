@@ -17,7 +17,6 @@ the stats topic.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 import zlib
@@ -28,6 +27,7 @@ import numpy as np
 
 from processors.core.plan import LogicalPlan
 from processors.kernels.dropbox import keep_mask, threshold, topic_word
+from processors.runtime.change_log import ChangeLog
 from processors.runtime.control import SHED, ControlRecord
 from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.shed_controller import ShedController
@@ -97,7 +97,7 @@ class Shedding:
         self.since_ms: int | None = None  # when shedding began (None: not shedding)
         self.reason = ""
         self.issuer = ""
-        self.changes: list[dict[str, Any]] = []
+        self.changes = ChangeLog()
 
     @classmethod
     def of(
@@ -149,10 +149,10 @@ class Shedding:
             shares = ", ".join(f"{n} {100 * v:.1f}%" for n, v in after.items())
             log.info("query %s: drop boxes keep %s (%s; %s)", self.query, shares,
                      self.reason or "no reason given", record.issuer or "unknown")  # fmt: skip
-        self.changes = [*self.changes[-19:], {
+        self.changes.record({
             "kind": "shedding", "time_ms": now_ms, "from": before, "to": after,
             "reason": self.reason, "issuer": record.issuer,
-        }]  # fmt: skip
+        })  # fmt: skip
 
     # -- the controller, where the query declares shed() ------------------------------------
     def on_stats(self, record: dict[str, Any]) -> None:
@@ -179,13 +179,9 @@ class Shedding:
             "reason": self.reason,
             "issuer": self.issuer,
             "boxes": {name: box.snapshot() for name, box in self.boxes.items()},
-            "changes": [{k: v for k, v in c.items() if k != "reported"} for c in self.changes],
+            "changes": self.changes.entries(),
         }
 
     def events(self) -> list[dict[str, Any]]:
         """Share changes since the last call (for the stats topic)."""
-        out = [dict(c) for c in self.changes if not c.get("reported")]
-        for c in self.changes:
-            c["reported"] = True
-        return json.loads(json.dumps([{k: v for k, v in c.items() if k != "reported"}
-                                      for c in out]))  # fmt: skip
+        return self.changes.unreported()

@@ -84,6 +84,21 @@ class Shape:
         return core if self.filters_at == "inputs" else f"{core}, filters on the result"
 
 
+def running_shape(streams: Sequence[str], join_tree: JoinTree | None) -> Shape:
+    """The shape a plan runs: its ``join_tree`` (Query.join_tree), else an MJoin (one stream:
+    the stream itself)."""
+    names = tuple(streams)
+    if len(names) == 1:
+        return Shape(names, Leaf(names[0]))
+    if join_tree is None:
+        return Shape(names)
+
+    def tree(t: JoinTree) -> Tree:
+        return Leaf(t) if isinstance(t, str) else Join(tree(t[0]), tree(t[1]))
+
+    return Shape(names, tree(join_tree))
+
+
 def _as_join_tree(tree: Tree) -> JoinTree:
     if isinstance(tree, Leaf):
         return tree.stream

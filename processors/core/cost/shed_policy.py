@@ -37,9 +37,8 @@ from typing import Any
 from processors.core.cost.inputs import CostInputs, bind
 from processors.core.cost.measured import measured_stats
 from processors.core.cost.model import evaluate
-from processors.core.cost.shapes import Join, Leaf, Shape
+from processors.core.cost.shapes import running_shape
 from processors.core.cost.shedding import approximate
-from processors.core.join_tree import JoinTree
 from processors.core.plan import LogicalPlan, ShedConfig
 
 Record = Mapping[str, Any]
@@ -194,7 +193,7 @@ def _modelled(
     inputs = bind(plan, figures)
     inputs = _unshed(inputs, current)
     names = tuple(x.name for x in plan.streams)
-    shape = Shape(names, Leaf(names[0])) if len(names) == 1 else _running_shape(plan, names)
+    shape = running_shape(names, plan.join_tree)
     now = evaluate(shape, inputs, {n: current.get(n, 1.0) for n in names}).cost_per_s
     if now <= 0 or math.isinf(now):
         raise ValueError("the model gives no cost for the current shares")
@@ -213,17 +212,6 @@ def _unshed(inputs: CostInputs, current: Mapping[str, float]) -> CostInputs:
         streams[name] = replace(st, window=window)
     return CostInputs(streams, inputs.joins, inputs.join_cost_s, inputs.filter_cost_s,
                       inputs.capacity)  # fmt: skip
-
-
-def _running_shape(plan: LogicalPlan, names: tuple[str, ...]) -> Shape:
-    """The shape the workers run: the MJoin, or the plan's join tree."""
-    if plan.join_tree is None:
-        return Shape(names)
-
-    def tree(t: JoinTree) -> Any:
-        return Leaf(t) if isinstance(t, str) else Join(tree(t[0]), tree(t[1]))
-
-    return Shape(names, tree(plan.join_tree))
 
 
 def material(new: Mapping[str, float], old: Mapping[str, float]) -> bool:
