@@ -305,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--scale", type=float, default=1.0, help="1.0: full size")
     experiment.add_argument("--seed", type=int, default=0)
     experiment.add_argument(
-        "--json", default=None, help="chain-live: write the summary figures to this JSON file"
+        "--json",
+        default=None,
+        help="live experiments (chain-live, shedding): write the summary figures to this JSON file",
     )
     experiment.set_defaults(func=run_experiment_command)
 

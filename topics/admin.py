@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import (
@@ -306,12 +306,17 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> list[TopicR
     return [record for part in sorted(records) for record in records[part]]
 
 
-def iter_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> Iterator[TopicRecord]:
+def iter_topic(
+    bootstrap: str, topic: str, timeout: float = 30.0, partitions: Collection[int] | None = None
+) -> Iterator[TopicRecord]:
     """What :func:`read_topic` returns, one record at a time (partitions interleaved, each in
-    order): a large topic is never held in memory whole."""
+    order): a large topic is never held in memory whole. ``partitions``: only those."""
     deadline = time.monotonic() + timeout
     marks = _watermarks(bootstrap, topic, timeout)
-    todo = {part: mark for part, mark in marks.items() if mark[1] > mark[0]}
+    todo = {
+        part: mark for part, mark in marks.items()
+        if mark[1] > mark[0] and (partitions is None or part in partitions)
+    }  # fmt: skip
     got = dict.fromkeys(todo, 0)
     with _consumer(bootstrap) as consumer:
         consumer.assign([TopicPartition(topic, p, low) for p, (low, _high) in todo.items()])
@@ -340,6 +345,21 @@ def iter_topic(bootstrap: str, topic: str, timeout: float = 30.0) -> Iterator[To
                     f"read_topic({topic}) timed out after {timeout}s: read {read} records of "
                     f"partitions still pending, (start, end) offsets {ends}"
                 )
+
+
+def sample_partition(
+    bootstrap: str, topic: str, partition: int, chunk: int, stride: int, timeout: float = 300.0
+) -> Iterator[TopicRecord]:
+    """Every ``stride``-th run of ``chunk`` records of a partition (offsets ``[k * stride, k *
+    stride + chunk)``), in offset order: a sample spread over a partition too large to read."""
+    if not 0 < chunk <= stride:
+        raise ValueError(f"sample_partition: need 0 < chunk <= stride, got {chunk}, {stride}")
+    deadline = time.monotonic() + timeout
+    high = high_watermarks(bootstrap, topic, timeout).get(partition, 0)
+    with _consumer(bootstrap) as reader:
+        for start in range(0, high, stride):
+            stop = min(start + chunk, high)
+            yield from _read_range(reader, topic, partition, start, stop, deadline)[0]
 
 
 def tail_windows(

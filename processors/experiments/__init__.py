@@ -55,9 +55,20 @@ def _live(name: str) -> Callable[..., list[Path]]:
     return run
 
 
+def _shedding(
+    out_dir: Path, scale: float = 1.0, seed: int = 0, json_path: str | None = None
+) -> list[Path]:
+    from processors.experiments.shedding_live import run_shedding_live
+
+    return run_shedding_live(
+        out_dir, scale=scale, seed=seed, json_path=Path(json_path) if json_path else None
+    )
+
+
 #: experiments that run workers on a broker (minutes each): by name only, never in "all"
 LIVE_EXPERIMENTS: dict[str, Callable[..., list[Path]]] = {
-    name: _live(name) for name in ("chain-live", "chain-live-two-ops", "chain-live-stored-join")
+    **{n: _live(n) for n in ("chain-live", "chain-live-two-ops", "chain-live-stored-join")},
+    "shedding": _shedding,
 }
 
 

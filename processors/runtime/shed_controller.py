@@ -18,19 +18,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from processors.core.cost.shed_policy import material, next_keep, signals
+from processors.core.cost.shed_policy import material, next_keep
+from processors.core.cost.shed_signals import signals
 from processors.core.plan import LogicalPlan
 from processors.runtime.control import SHED, control_key, encode_control
 
 log = logging.getLogger(__name__)
 
 #: how often the controller decides, and the window of statistics it decides on
-CHECK_S = 2.0
-WINDOW_MS = 4_000
+CHECK_S = 1.0
+WINDOW_MS = 3_000
 #: after a change, statistics count from this long after it (the workers read the record and
 #: the queues respond), and a decision needs at least MIN_SPAN_MS of them
-SETTLE_MS = 500
-MIN_SPAN_MS = 1_500
+SETTLE_MS = 300
+MIN_SPAN_MS = 1_000
 #: a worker's first seconds of work measure its warm-up (imports, compilation, connections,
 #: the first fetches), not the load: its statistics count from this long after its first tuple
 WARMUP_MS = 3_000
@@ -89,6 +90,10 @@ class ShedController:
         measured = signals(list(self.records), WINDOW_MS, self._since_ms, MIN_SPAN_MS)
         if measured is None:
             return False
+        # a rise shows first in the newest statistics: the window would average it away
+        newest = signals(list(self.records), MIN_SPAN_MS, self._since_ms, MIN_SPAN_MS)
+        if newest is not None and newest.need > measured.need:
+            measured = newest
         self.last_signals = asdict(measured)
         keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
         in_force = self.published if self.published is not None else dict(current)

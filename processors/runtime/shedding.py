@@ -80,6 +80,15 @@ class DropBox:
                 "dropped": self.dropped}  # fmt: skip
 
 
+#: the statistics interval of a query that sheds load: its controller decides on them
+SHED_STATS_INTERVAL_S = 0.5
+
+
+def stats_interval_s(plan: LogicalPlan, default: float) -> float:
+    """How often a worker of ``plan`` publishes its statistics."""
+    return default if plan.shedding is None else min(default, SHED_STATS_INTERVAL_S)
+
+
 class Shedding:
     """One worker's drop boxes, set by the query's SHED records."""
 

@@ -47,7 +47,7 @@ from processors.runtime.producer import RecordProducer
 from processors.runtime.restore import Restorer
 from processors.runtime.results import ResultWriter, SharesStamp
 from processors.runtime.scheduler import Scheduling, add_scheduling_agents
-from processors.runtime.shedding import Shedding
+from processors.runtime.shedding import Shedding, stats_interval_s
 from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stateful import add_stateful_agent
@@ -289,7 +289,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     def backlog(stats: Any) -> tuple[int, int]:
         return backlog_of(app, stats)
 
-    @app.timer(options.stats_interval_s)
+    @app.timer(stats_interval_s(plan, options.stats_interval_s))
     async def publish_stats() -> None:
         # an exception in a Faust timer stops the worker: statistics must never do that
         try:

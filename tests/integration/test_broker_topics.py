@@ -28,7 +28,9 @@ from topics.admin import (
     consumer_lag,
     ensure_topics,
     high_watermarks,
+    iter_topic,
     read_topic,
+    sample_partition,
 )
 from topics.specs import TopicSpec
 
@@ -216,6 +218,21 @@ def test_read_topic_after_batched_produce_is_complete(
     for part, count in counts.items():
         assert [r.offset for r in got if r.partition == part] == list(range(count))
     assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(N_BATCHED))
+
+
+def test_a_partition_is_sampled_in_runs_of_offsets_and_one_partition_read_alone(
+    bootstrap: str, batched_topic: tuple[str, dict[int, int]]
+) -> None:
+    topic, counts = batched_topic
+    part = max(counts, key=lambda p: counts[p])
+    n = counts[part]
+    every = [r.offset for r in read_topic(bootstrap, topic) if r.partition == part]
+    got = [r.offset for r in sample_partition(bootstrap, topic, part, chunk=7, stride=50)]
+    assert got == [o for o in every if o % 50 < 7] and got[-1] < n
+    alone = [r.offset for r in iter_topic(bootstrap, topic, partitions=[part])]
+    assert alone == list(range(n))
+    with pytest.raises(ValueError, match="chunk"):
+        next(sample_partition(bootstrap, topic, part, chunk=60, stride=50))
 
 
 def test_consumer_lag_after_group_commits_part(bootstrap: str, topic_name: str) -> None:

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from processors.core.cost.shed_policy import material, next_keep, signals, target
+from processors.core.cost.shed_policy import material, next_keep, target
+from processors.core.cost.shed_signals import feeders, flow_queues, signals
 from processors.core.plan import ShedConfig
 from processors.core.query import Query
 from processors.runtime.control import SHED, decode_control
@@ -35,17 +36,17 @@ def records(read: int, busy: float, backlog0: int, growth: int, latency: float, 
                 "latency_ms_avg": 0.0, "plan": "{}"}  # fmt: skip
         out.append({**base, "agent": agent, "stage": agent, "tuples_in": read,
                     "busy_ns": int(busy * 1e9), "backlog_tuples": backlog0 + growth * (t + 1),
-                    "latency_ms_max": 0.0})  # fmt: skip
-        out.append({**base, "agent": "sink", "stage": "sink", "tuples_in": read,
+                    "latency_ms_max": 0.0, "topic": "in", "out_topic": "out"})  # fmt: skip
+        out.append({**base, "agent": "sink", "stage": "sink", "tuples_in": read, "topic": "",
                     "busy_ns": int(busy * 0.7 * 1e9), "backlog_tuples": 0,
                     "latency_ms_max": latency})  # fmt: skip
     return out
 
 
-def test_the_bottleneck_agents_need_is_measured_not_the_sum_of_overlapping_ones() -> None:
+def test_a_worker_falling_behind_needs_the_pressure_on_its_bottleneck() -> None:
     s = signals(records(1_000, 0.95, 0, 2_000, 800.0, agent="mjoin"), 4_000)
-    assert s is not None
-    assert s.bottleneck == "w1/mjoin" and s.need == pytest.approx(0.95 * 3)
+    assert s is not None  # offered 3,000 a second, takes 1,000: its processor is full
+    assert s.bottleneck == "w1/mjoin" and s.need == pytest.approx(3.0)
     assert s.growth_per_s == pytest.approx(2_000) and s.latency_ms == 800.0 and s.workers == 1
     assert s.backlog == 8_000 and s.read_per_s == 0.0  # no ingest agent in these records
 
@@ -62,20 +63,31 @@ def test_a_noisy_backlog_gives_its_trend_and_old_shares_statistics_are_left_out(
     assert later is not None and later.backlog == 7_000
 
 
-def test_overload_sheds_to_the_target_and_more_while_over_the_bound() -> None:
+def test_overload_sheds_to_the_target_and_more_to_drain_what_waits() -> None:
     config = ShedConfig(500, min_keep=0.05, target_utilization=0.8)
     p = plan()
-    within = signals(records(1_000, 1.0, 0, 2_000, 100.0), 4_000)
-    assert within is not None
+    # growing by 2,000 a second from -7,900: 100 wait at the end (0.1 s of work)
+    within = signals(records(1_000, 1.0, -7_900, 2_000, 100.0), 4_000)
+    assert within is not None and within.backlog_s == pytest.approx(0.1)
     keep, why = next_keep(p, [], within, {"r": 1.0}, config)
     assert keep["r"] == pytest.approx(0.8 / 3) and "w1/ingest.r needs 3.00" in why
+    late = signals(records(1_000, 1.0, -7_900, 2_000, 900.0), 4_000)
+    assert late is not None
+    keep, _ = next_keep(p, [], late, {"r": 1.0}, config)
+    assert keep["r"] == pytest.approx(0.8 * 0.7 / 3)  # over the bound and growing
     over = signals(records(1_000, 1.0, 0, 2_000, 900.0), 4_000)
-    assert over is not None
+    assert over is not None and over.backlog_s == pytest.approx(8.0)  # 8,000 waiting
     keep, _ = next_keep(p, [], over, {"r": 1.0}, config)
-    assert keep["r"] == pytest.approx(0.8 * 0.7 / 3)  # the backlog must drain
+    assert keep["r"] == pytest.approx(0.8 * 0.5 / 3)  # 8 s of work to drain: the floor
+    some = signals(records(1_000, 1.0, -7_000, 2_000, 900.0), 4_000)
+    assert some is not None and some.backlog_s == pytest.approx(1.0)
+    assert target(config, some) == pytest.approx(0.8 * 0.5)  # 0.8 - 0.875 / 2: the floor
+    half = signals(records(1_000, 1.0, -7_500, 2_000, 900.0), 4_000)
+    assert half is not None and half.backlog_s == pytest.approx(0.5)
+    assert target(config, half) == pytest.approx(0.8 - (0.5 - 0.125) / 2.0)
     draining = signals(records(1_000, 1.0, 9_000, -2_000, 900.0), 4_000)
     assert draining is not None and draining.backlog == 1_000
-    assert target(config, draining) == 0.8  # drains within the bound: no more cutting
+    assert target(config, draining) == 0.8  # drains within 2 s as it is: no more cutting
     tiny = signals(records(1_000, 1.0, 0, 200_000, 900.0), 4_000)
     assert tiny is not None
     assert next_keep(p, [], tiny, {"r": 1.0}, config)[0]["r"] == 0.05  # never below min_keep
@@ -109,10 +121,10 @@ def test_the_controller_publishes_a_shed_record_when_the_shares_change() -> None
     value, key = sent[0]
     record = decode_control(value, SchemaStore())
     assert record.kind == SHED and key == b"q/DROP_RATES"
-    assert record.payload["keep"]["r"] == pytest.approx(0.8 * 0.7 / 3)
+    assert record.payload["keep"]["r"] == pytest.approx(0.8 * 0.5 / 3)  # 12 s of work wait
     assert "latency 900 ms" in record.payload["reason"]
     assert not ctl.tick({"r": 0.19})  # not again before CHECK_S
-    clock[0] += 2.0
+    clock[0] += 1.0
     for r in records(1_000, 0.3, 0, 0, 10.0, start_ms=int(clock[0] * 1000) - 4_000):
         ctl.on_stats(r)  # measured mostly before the change took effect
     assert not ctl.tick({"r": 0.19}) and len(sent) == 1  # too little measured since: wait
@@ -124,3 +136,75 @@ def test_the_controller_publishes_a_shed_record_when_the_shares_change() -> None
     assert not ctl.tick({"r": 0.19}) and json.dumps(ctl.last_signals)
     with pytest.raises(AssertionError):
         ShedController(plan(shed=False), lambda v, k: None, "w1")
+
+
+def join_records(seconds: int = 3, stale_backlog: int = 500) -> list[dict]:
+    """Two ingest agents writing 1,500 tuples a second each to the join's two topics, the join
+    taking 1,000 a second at 0.9 busy, its high-watermark backlog stale at ``stale_backlog``."""
+    out = []
+    for t in range(seconds):
+        end = 10_000 + 1_000 * (t + 1)
+        base = {"worker_id": "w1", "query": "q", "scope": "AGENT", "window_start_ms": end - 1_000,
+                "window_end_ms": end, "latency_ms_max": 0.0}  # fmt: skip
+        for s, topic in (("a", "q-a-internal"), ("b", "q-b-internal")):
+            out.append({**base, "agent": f"ingest.{s}", "stage": "ingest", "topic": f"in.{s}",
+                        "out_topic": topic, "tuples_in": 3_000, "tuples_out": 1_500,
+                        "busy_ns": int(0.05e9), "backlog_tuples": 0})  # fmt: skip
+        out.append({**base, "agent": "mjoin", "stage": "mjoin", "topic": "q-a-internal",
+                    "out_topic": "out", "tuples_in": 1_000, "tuples_out": 5_000,
+                    "busy_ns": int(0.9e9), "backlog_tuples": stale_backlog})  # fmt: skip
+    return out
+
+
+def test_what_waits_before_a_join_is_counted_from_the_flow_not_stale_watermarks() -> None:
+    rs = join_records()
+    assert feeders(rs) == {"mjoin": ["ingest.a", "ingest.b"]}
+    assert flow_queues(rs, feeders(rs)) == {"mjoin": 3 * 2_000}
+    s = signals(rs, 3_000)
+    assert s is not None and s.bottleneck == "w1/mjoin"
+    assert s.need == pytest.approx(3.0)  # offered 3,000 a second, takes 1,000: falling behind
+    assert s.backlog == 6_000  # not the 500 the watermarks say
+    assert s.backlog_s == pytest.approx(6_000 * 0.9 / 1_000)
+    assert s.read_per_s == 6_000
+
+
+def test_shares_are_scaled_until_the_cost_with_results_meets_the_goal() -> None:
+    from processors.core.cost.inputs import CostInputs, JoinEdge, StreamInput
+    from processors.core.cost.model import evaluate
+    from processors.core.cost.shapes import running_shape
+    from processors.core.cost.shed_policy import _rescaled, _with_results
+
+    streams = {s: StreamInput(s, 1_000.0, 2_000.0, "RANGE 2 s", False) for s in ("a", "b")}
+    inputs = CostInputs(streams, (JoinEdge("a", "b", "a.k = b.k", 0.01, 0),), 1e-5, 1e-5, 1.0)
+    shape = running_shape(("a", "b"), None)
+
+    def cost(keep: dict[str, float]) -> float:
+        return _with_results(evaluate(shape, inputs, keep), inputs.join_cost_s)
+
+    full = cost({"a": 1.0, "b": 1.0})
+    keep = _rescaled(shape, inputs, {"a": 0.5, "b": 0.5}, 0.25 * full, 0.05)
+    assert keep["a"] == pytest.approx(keep["b"])
+    assert cost(keep) == pytest.approx(0.25 * full, rel=1e-6)
+    # results grow with the product of the shares: a quarter of the cost keeps more than 1/4
+    assert 0.25 < keep["a"] < 0.5
+    assert _rescaled(shape, inputs, {"a": 0.5, "b": 0.5}, 2 * full, 0.05) == {"a": 1.0, "b": 1.0}
+
+
+def test_a_worker_keeping_up_needs_its_agents_busy_shares_added_up() -> None:
+    rs = records(1_000, 0.3, 100, 0, 10.0, agent="mjoin")
+    rs += [{**r, "agent": "ingest.r", "busy_ns": int(0.2e9), "topic": "src"}
+           for r in rs if r["agent"] == "mjoin"]  # fmt: skip
+    s = signals(rs, 4_000)
+    assert s is not None  # the sink's time is inside the join's turn: not added
+    assert s.need == pytest.approx(0.5) and s.rising == 0.0
+    keep, why = next_keep(plan(), [], s, {"r": 1.0}, ShedConfig(500))
+    assert keep == {"r": 1.0} and why == "keeping up"
+
+
+def test_a_rising_read_rate_is_measured() -> None:
+    rs = [r for r in records(1_000, 0.3, 0, 0, 10.0) if r["agent"] == "ingest.r"]
+    for k, r in enumerate(rs):
+        r["agent"], r["tuples_in"] = "ingest.r", 1_000 + 200 * k
+    s = signals(rs, 4_000)
+    assert s is not None and s.read_per_s == pytest.approx(1_300)
+    assert s.rising == pytest.approx(200 / 1_300)

@@ -1,50 +1,55 @@
 """How much the drop boxes keep next, from what the workers measured (docs/shedding.md).
 
-Every few seconds the shedding controller reads the Stats records measured under the shares in
+Every second the shedding controller reads the Stats records measured under the shares in
 force and decides:
 
-1. **The load.** For each agent of each worker: its busy share of the window, the tuples it
-   took in, and how fast what waits before it grows (a least-squares slope over the window).
-   To keep up with its input it would need ``busy * (in + growth) / in`` of a processor; the
-   largest such need is the bottleneck's, ``need``. (A drop box sits before decoding, so the
-   ingest agents read on at speed under overload while the queue builds before the join.)
+1. **The load** (:mod:`processors.core.cost.shed_signals`): the bottleneck agent's ``need``,
+   the processor share it would take to keep up with what is offered to it, counted from the
+   flow between agents; and the work that waits, in seconds of processor.
 2. **The budget.** The cost must shrink (or may grow) by ``scale = aim / need``, where ``aim``
-   is the query's target utilization, lowered while the output latency is over the bound and
-   the backlog would not drain within it at the present pace.
+   is the query's target utilization less what draining the waiting work within two seconds
+   takes (unless the shares in force drain it that soon).
 3. **The shares.** The cost model (Ayad & Naughton, Sect. 3) with the statistics measured on
    the stats topic, un-shed (the ingest agents count every record read; RANGE windows are
-   divided by the shares they were measured at), gives the cost at the current shares; the
-   drop boxes for ``scale`` times that cost are Sect. 5's
-   (:func:`processors.core.cost.shedding.approximate`: the knapsack over ROWS windows, the
-   search over RANGE ones), at least ``min_keep`` each. Without the figures the model needs
-   yet (a query's first seconds), every share is scaled alike by ``scale``.
+   divided by the shares they were measured at), places the drop boxes for ``scale`` times
+   the current cost (Sect. 5, :func:`processors.core.cost.shedding.approximate`: the knapsack
+   over ROWS windows, the search over RANGE ones), at least ``min_keep`` each; the shares are
+   then scaled alike until the cost with every result counted (a join builds and writes each
+   one, which the model's probe count leaves out) is ``scale`` times the current one. Without
+   the figures the model needs yet (a query's first seconds), every share is scaled alike.
 4. **Damping.** A raise goes at most to ``1.5 * share + 0.1`` per decision (a load measured at
-   small shares extrapolates badly: a RANGE join's cost grows faster than its shares), unless
-   the load is clearly light (need under half the aim, a quarter second's reading at most
-   waiting, latency within the bound): then the boxes are lifted at once.
+   small shares extrapolates badly), unless the load is clearly light (need under half the
+   aim, a quarter second's reading at most waiting, latency within the bound): then the boxes
+   are lifted at once.
 
 The measured utilization calibrates the model (its absolute cost per tuple need not be right,
-only its shape); the latency feedback corrects what both miss.
+only its shape); the backlog and latency feedback correct what both miss.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from processors.core.cost.inputs import CostInputs, bind
 from processors.core.cost.measured import measured_stats
-from processors.core.cost.model import evaluate
-from processors.core.cost.shapes import running_shape
+from processors.core.cost.model import PlanCost, evaluate
+from processors.core.cost.shapes import Shape, running_shape
+from processors.core.cost.shed_signals import Record, Signals, signals
 from processors.core.cost.shedding import approximate
 from processors.core.plan import LogicalPlan, ShedConfig
 
-Record = Mapping[str, Any]
-#: while the latency is over the bound, the target is lowered by this factor (so the backlog
-#: of the overload drains, at what the workers keep in reserve)
+__all__ = ["Signals", "material", "next_keep", "signals", "target"]
+#: while the latency is over the bound and the backlog grows, the target is lowered by this
+#: factor
 DRAIN = 0.7
+#: work waiting beyond QUEUE_OK of the bound is drained within DRAIN_HORIZON_S, the target
+#: lowered by what that takes, to no less than DRAIN_FLOOR of it
+QUEUE_OK, DRAIN_HORIZON_S, DRAIN_FLOOR = 0.25, 2.0, 0.5
+#: a rising read rate is met this far ahead (a decision takes effect a second or two after
+#: the statistics it is made on), at most MAX_RISING of the rate a second
+LEAD_S, MAX_RISING = 2.0, 0.5
 #: shares closer than this to the current ones are not worth a new SHED record
 MATERIAL = 0.02
 #: the search's effort at run time (cost model evaluations; docs/shedding.md)
@@ -57,81 +62,18 @@ RAISE_FACTOR, RAISE_STEP = 1.5, 0.1
 LIGHT, LIGHT_BACKLOG, LIGHT_BACKLOG_S = 0.5, 100, 0.25
 
 
-@dataclass(frozen=True)
-class Signals:
-    need: float  # the bottleneck agent's processor share to keep up at the current shares
-    bottleneck: str  # which agent (worker/agent)
-    read_per_s: float  # records read by the ingest agents, all workers
-    growth_per_s: float  # growth of the records waiting before every agent (negative: draining)
-    backlog: int  # records waiting before every agent now
-    latency_ms: float  # the largest output latency in the window
-    workers: int
-
-
-def signals(
-    records: Sequence[Record], window_ms: int, since_ms: int = 0, min_span_ms: int = 0
-) -> Signals | None:
-    """The load over the newest ``window_ms`` of ``records``, from what was measured after
-    ``since_ms`` (under the shares in force) over at least ``min_span_ms`` (None: not yet).
-
-    Each agent of each worker on its own: its busy share, the tuples it took in, and the
-    growth of what waits before it (a least-squares slope: one backlog reading is noisy). Its
-    need is ``busy * (in + growth) / in``: what it would take to keep up with its input; the
-    largest need is the bottleneck's. (Agents' busy times overlap, a step's result writes
-    inside its turn, so they are not added up.)"""
-    recent = [
-        r for r in records
-        if r.get("scope", "AGENT") == "AGENT" and r["agent"] != "scheduler"
-        and r["window_start_ms"] >= since_ms
-    ]  # fmt: skip
-    if not recent:
-        return None
-    end = max(r["window_end_ms"] for r in recent)
-    recent = [r for r in recent if r["window_end_ms"] > end - window_ms]
-    start = min(r["window_start_ms"] for r in recent)
-    if end - start < max(min_span_ms, 1):
-        return None
-    span_s = (end - start) / 1000
-    by_agent: dict[tuple[str, str], list[Record]] = {}
-    for r in recent:
-        by_agent.setdefault((r["worker_id"], str(r["agent"])), []).append(r)
-    need, bottleneck, backlog, growth = 0.0, "", 0, 0.0
-    for (worker, agent), mine in by_agent.items():
-        mine.sort(key=lambda r: r["window_end_ms"])
-        busy = sum(int(r["busy_ns"]) for r in mine) / (span_s * 1e9)
-        taken = sum(int(r["tuples_in"]) for r in mine) / span_s
-        slope = _slope([(r["window_end_ms"] / 1000, float(r["backlog_tuples"])) for r in mine])
-        backlog += int(mine[-1]["backlog_tuples"])
-        growth += slope
-        mine_need = busy * (taken + slope) / taken if taken > 0 else busy + (slope > 0)
-        if mine_need > need:
-            need, bottleneck = mine_need, f"{worker}/{agent}"
-    read = (
-        sum(int(r["tuples_in"]) for r in recent if str(r["agent"]).startswith("ingest.")) / span_s
-    )
-    latency = max((float(r["latency_ms_max"]) for r in recent), default=0.0)
-    workers = len({w for w, _ in by_agent})
-    return Signals(max(need, 0.0), bottleneck, read, growth, backlog, latency, workers)
-
-
-def _slope(points: Sequence[tuple[float, float]]) -> float:
-    """The least-squares slope of (t, y) points (0 for fewer than two)."""
-    if len(points) < 2:
-        return 0.0
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    return 0.0 if var <= 0 else sum((t - mt) * (y - my) for t, y in points) / var
-
-
 def target(config: ShedConfig, s: Signals) -> float:
-    """The processor share to aim at: the configured one, less while the latency is over the
-    bound and the backlog would not drain within it at the present pace."""
+    """The processor share to aim at: the configured one, less what draining the work that
+    waits beyond QUEUE_OK of the bound within DRAIN_HORIZON_S takes (at least DRAIN_FLOOR of
+    the configured share) unless the shares in force drain it that soon; otherwise less by
+    DRAIN while the output latency is over the bound and the backlog grows."""
     aim = config.target_utilization
     bound_s = config.max_latency_ms / 1000
-    draining = s.backlog <= 0 or (s.growth_per_s < 0 and s.backlog / -s.growth_per_s <= bound_s)
-    if s.latency_ms > config.max_latency_ms and not draining:
+    excess = s.backlog_s - QUEUE_OK * bound_s
+    draining = s.growth_per_s < 0 and s.backlog / -s.growth_per_s <= DRAIN_HORIZON_S
+    if excess > 0 and not draining:
+        aim = max(DRAIN_FLOOR * aim, aim - excess / DRAIN_HORIZON_S)
+    elif s.latency_ms > config.max_latency_ms and s.growth_per_s > 0:
         aim *= DRAIN
     return aim
 
@@ -160,14 +102,16 @@ def next_keep(
 ) -> tuple[dict[str, float], str]:
     """The shares the drop boxes should keep next, and why (see the module docstring)."""
     names = [x.name for x in plan.streams]
-    need = s.need
+    # the load goes on rising while the shares travel: meet it LEAD_S ahead
+    need = s.need * (1.0 + min(s.rising, MAX_RISING) * LEAD_S)
     aim = target(config, s)
     if need <= 0:
         return dict(current), "no load measured"
     scale = aim / need
     if all(current.get(n, 1.0) >= 1.0 for n in names) and scale >= 1.0:
         return dict.fromkeys(names, 1.0), "keeping up"
-    why = (f"{s.bottleneck} needs {need:.2f} of a processor for its input, aim {aim:.2f}; "
+    why = (f"{s.bottleneck} needs {need:.2f} of a processor for its input"
+           f"{f' (rising {100 * s.rising:.0f}%/s)' if s.rising > 0.01 else ''}, aim {aim:.2f}; "
            f"latency {s.latency_ms:.0f} ms (bound {config.max_latency_ms} ms), backlog "
            f"{s.backlog}")  # fmt: skip
     light = need < LIGHT * aim
@@ -189,17 +133,48 @@ def _modelled(
     config: ShedConfig,
     scale: float,
 ) -> dict[str, float]:
+    """Sect. 5's shares for ``scale`` times the current cost: the model places them (which
+    inputs to drop from), then they are scaled alike until the cost, results counted, is
+    ``scale`` times the current one (a join builds and writes every result: its cost grows
+    with the product of the shares, which the model's probe count leaves out)."""
     figures = measured_stats(plan, list(records), "the stats topic")
-    inputs = bind(plan, figures)
-    inputs = _unshed(inputs, current)
+    inputs = _unshed(bind(plan, figures), current)
     names = tuple(x.name for x in plan.streams)
     shape = running_shape(names, plan.join_tree)
-    now = evaluate(shape, inputs, {n: current.get(n, 1.0) for n in names}).cost_per_s
+    now_keep = {n: current.get(n, 1.0) for n in names}
+    now = evaluate(shape, inputs, now_keep).cost_per_s
     if now <= 0 or math.isinf(now):
         raise ValueError("the model gives no cost for the current shares")
     got = approximate(shape, inputs, config.min_keep, capacity=scale * now,
                       effort=RUN_TIME_EFFORT)  # fmt: skip
-    return got.keep
+    goal = scale * _with_results(evaluate(shape, inputs, now_keep), inputs.join_cost_s)
+    return _rescaled(shape, inputs, got.keep, goal, config.min_keep)
+
+
+def _with_results(cost: PlanCost, join_cost_s: float) -> float:
+    """The model's cost plus one handling for every result."""
+    return cost.cost_per_s + cost.output_per_s * join_cost_s
+
+
+def _rescaled(
+    shape: Shape, inputs: CostInputs, keep: Mapping[str, float], goal: float, floor: float
+) -> dict[str, float]:
+    """``keep`` times the factor (bisected) that makes the cost with results ``goal``: each
+    share within [floor, 1]."""
+
+    def at(m: float) -> dict[str, float]:
+        return {n: min(1.0, max(floor, k * m)) for n, k in keep.items()}
+
+    def cost(m: float) -> float:
+        return _with_results(evaluate(shape, inputs, at(m)), inputs.join_cost_s)
+
+    lo, hi = 0.0, 1.0 / max(min(keep.values()), 1e-9)
+    if cost(hi) <= goal:
+        return at(hi)
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cost(mid) <= goal else (lo, mid)
+    return at(lo)
 
 
 def _unshed(inputs: CostInputs, current: Mapping[str, float]) -> CostInputs:

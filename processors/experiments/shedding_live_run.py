@@ -1,0 +1,287 @@
+"""The live runs of ``streamon experiment shedding``: a generator thread writing both routers'
+packets at the ramp's rate, one worker, its status page sampled twice a second, the result
+topic read back and checked; and the staircase that measures the worker's capacity.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from processors.experiments.shedding_live_setup import Sent, ShedSetup
+
+STREAMS = ("a", "b")
+#: a sampled read of results takes runs of this many records
+CHUNK = 2_000
+
+
+class Generator(threading.Thread):
+    """Writes ``rate(t)`` packets a second to each input (t from ``start``) until ``rate`` is
+    None; a packet's ts (and Kafka timestamp) is when it is written, its ``dst`` its number."""
+
+    def __init__(
+        self, bootstrap: str, topics: dict[str, str], rate: Callable[[float], float | None],
+        pids: int, seed: int,
+    ) -> None:  # fmt: skip
+        super().__init__(name="shedding-generator", daemon=True)
+        from confluent_kafka import Producer
+
+        from topics.avro import load_schema
+        from topics.columnar import RecordCodec
+
+        self.topics, self.rate, self.pids = topics, rate, pids
+        self.codec = RecordCodec(load_schema("packet"))
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                  "queue.buffering.max.messages": 2_000_000})  # fmt: skip
+        self.rng = np.random.default_rng(seed)
+        self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
+            s: [] for s in topics
+        }
+        self.sent = dict.fromkeys(topics, 0)
+        self.start_t = 0.0
+        self.stop = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        self.start_t = last = time.time()
+        owed = 0.0
+        try:
+            while not self.stop.is_set():
+                now = time.time()
+                r = self.rate(now - self.start_t)
+                if r is None:
+                    break
+                owed += r * (now - last)
+                last = now
+                n = int(owed)
+                if n > 0:
+                    owed -= n
+                    for stream, topic in self.topics.items():
+                        self._write(stream, topic, n, int(now * 1000))
+                self.producer.poll(0)
+                time.sleep(0.004)
+        finally:
+            self.producer.flush(60)
+            self.done.set()
+
+    def _write(self, stream: str, topic: str, n: int, ms: int) -> None:
+        first = self.sent[stream]
+        dst = np.arange(first, first + n, dtype=np.int64)
+        pid = self.rng.integers(0, self.pids, n).astype(np.int64)
+        ts = np.full(n, ms, np.int64)
+        cols = {
+            "router": np.full(n, STREAMS.index(stream), np.int32), "pid": pid, "ts": ts,
+            "size": self.rng.integers(40, 1500, n).astype(np.int32),
+            "src": self.rng.integers(0, 1 << 32, n).astype(np.int64), "dst": dst,
+        }  # fmt: skip
+        buf, offs = self.codec.encode_many(cols, n)
+        raw, bounds = buf.tobytes(), offs.tolist()
+        produce = self.producer.produce
+        for i in range(n):
+            produce(topic, raw[bounds[i] : bounds[i + 1]], timestamp=ms)
+        self.parts[stream].append((dst, pid, ts))
+        self.sent[stream] = first + n
+
+    def written(self, stream: str) -> Sent:
+        parts = self.parts[stream]
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return Sent(empty, empty, empty)
+        return Sent(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
+
+
+@dataclass
+class LiveRun:
+    """One run's samples (status page, twice a second) and results."""
+
+    shed: bool
+    start_t: float = 0.0
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    sent: dict[str, Sent] = field(default_factory=dict)
+    results: dict[str, np.ndarray] = field(default_factory=dict)  # a_dst, b_dst, a_ts, ...
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    results_written: int = 0  # by the worker, every partition (``results`` holds a sample)
+    sampled: bool = True  # every result of the sampled partitions read (else runs of them)
+    worker_exit: int | None = None
+
+
+def sample(worker: Any, gen: Generator) -> dict[str, Any]:
+    """The worker's counters now: records read, kept and passed on; what waits where."""
+    status = worker.status(timeout=30)
+    agents = {a["agent"]: a for a in status["stats"]["agents"]}
+    read = {s: agents.get(f"ingest.{s}", {}).get("tuples_in", 0) for s in STREAMS}
+    passed = sum(agents.get(f"ingest.{s}", {}).get("tuples_out", 0) for s in STREAMS)
+    joined = agents.get("mjoin", {}).get("tuples_in", 0)
+    boxes = (status.get("shedding") or {}).get("boxes", {})
+    return {
+        "t": time.time() - gen.start_t,
+        "offered": dict(gen.sent),
+        "read": read,
+        "source_backlog": sum(gen.sent[s] - read[s] for s in STREAMS),
+        "join_backlog": max(passed - joined, 0),
+        "keep": {s: boxes.get(s, {}).get("keep", 1.0) for s in STREAMS},
+        "kept": {s: boxes.get(s, {}).get("kept", read[s]) for s in STREAMS},
+        "dropped": {s: boxes.get(s, {}).get("dropped", 0) for s in STREAMS},
+        "results": agents.get("sink", {}).get("tuples_out", 0),
+    }
+
+
+def start_query(
+    bootstrap: str, state_dir: Path, setup: ShedSetup, shed: bool, tag: str
+) -> tuple[Any, dict[str, str], str, Any]:
+    """Topics, query file and a worker holding every input partition."""
+    from processors.commands.launcher import WorkerProcess
+    from processors.commands.queries import load_plan
+    from processors.physical.compiler import compile_plan
+    from processors.runtime.worker import topic_specs
+    from topics.admin import ensure_topics
+    from topics.specs import TopicSpec
+
+    name = f"shedding_{tag}_{uuid.uuid4().hex[:6]}"
+    topics = {s: f"{name}.{s}" for s in STREAMS}
+    result = f"{name}.out"
+    query_file = state_dir / f"{name}.py"
+    query_file.write_text(setup.query_source(name, topics["a"], topics["b"], result, shed))
+    plan = load_plan(str(query_file))
+    ensure_topics(bootstrap, [TopicSpec(t, setup.partitions) for t in topics.values()])
+    ensure_topics(bootstrap, topic_specs(compile_plan(plan)))
+    worker = WorkerProcess(query_file, bootstrap=bootstrap, state_dir=state_dir,
+                           worker_id=name, loglevel="info")  # fmt: skip
+    worker.wait_holding(list(topics.values()), setup.partitions, timeout=120)
+    return worker, topics, result, plan
+
+
+def run_ramp(
+    bootstrap: str, state_dir: Path, setup: ShedSetup, rate: Callable[[float], float],
+    duration_s: float, shed: bool, settle_s: float = 90.0, stride: int | None = None,
+) -> LiveRun:  # fmt: skip
+    """One run of the ramp, with or without shedding: sampled until the ramp is over and the
+    worker has caught up (at most ``settle_s`` more), then its results read back."""
+    worker, topics, result, plan = start_query(bootstrap, state_dir, setup, shed,
+                                               "shed" if shed else "noshed")  # fmt: skip
+    run = LiveRun(shed)
+    gen = Generator(bootstrap, topics, lambda t: float(rate(t)) if t < duration_s else None,
+                    setup.pids, setup.seed)  # fmt: skip
+    try:
+        time.sleep(2.0)  # the worker's first fetches
+        gen.start()
+        while not gen.start_t:
+            time.sleep(0.01)
+        run.start_t = gen.start_t
+        deadline = gen.start_t + duration_s + settle_s
+        while time.time() < deadline:
+            time.sleep(setup.sample_every_s)
+            s = sample(worker, gen)
+            run.samples.append(s)
+            caught_up = s["source_backlog"] == 0 and s["join_backlog"] == 0
+            lifted = all(k >= 1.0 for k in s["keep"].values())
+            if gen.done.is_set() and caught_up and lifted:
+                break
+        time.sleep(setup.window_ms / 1000 + setup.idle_ms / 1000 + 1.0)  # the last releases
+        final = worker.status(timeout=30)
+        run.changes = list((final.get("shedding") or {}).get("changes", []))
+        run.results_written = next(
+            (a["tuples_out"] for a in final["stats"]["agents"] if a["agent"] == "sink"), 0
+        )
+    finally:
+        gen.stop.set()
+        run.worker_exit = worker.stop()
+    run.sent = {s: gen.written(s) for s in STREAMS}
+    run.results = read_results(bootstrap, result, plan, list(range(setup.sampled_partitions)),
+                               stride)  # fmt: skip
+    run.sampled = stride is None
+    return run
+
+
+def read_results(
+    bootstrap: str, topic: str, plan: Any, partitions: list[int], stride: int | None = None
+) -> dict[str, np.ndarray]:
+    """The result records of ``partitions`` (results are spread over them by a hash of the
+    join key: a random sample), or with ``stride`` runs of CHUNK records every ``stride``,
+    their fields decoded in bulk and their Kafka timestamps (when written)."""
+    from topics.admin import iter_topic, sample_partition
+    from topics.columnar import RecordCodec
+
+    values: list[bytes] = []
+    written: list[int] = []
+    records = (
+        iter_topic(bootstrap, topic, timeout=600, partitions=partitions) if stride is None
+        else (r for p in partitions for r in sample_partition(bootstrap, topic, p, CHUNK, stride))
+    )  # fmt: skip
+    for record in records:
+        values.append(record.value)
+        written.append(record.timestamp_ms)
+    lengths = np.fromiter((len(v) for v in values), np.int64, len(values))
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    buf = np.frombuffer(b"".join(values), np.uint8)
+    decoded = RecordCodec(plan.output_schema).decode_many(buf, offsets)
+    if decoded.errors:
+        raise RuntimeError(f"{len(decoded.errors)} result records did not decode: "
+                           f"{decoded.errors[:3]}")  # fmt: skip
+    cols = decoded.columns
+    out = {k: np.asarray(cols[k], np.int64) for k in ("a_dst", "b_dst", "a_ts", "b_ts")}
+    out["written_ms"] = np.asarray(written, np.int64)
+    return out
+
+
+def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, Any]:
+    """The worker's capacity (records/s per input) on this machine: a staircase of steady
+    rates without shedding, each ``calibration_step_s`` and ``calibration_factor`` times the
+    last, until one is not kept up with: over the step's second half what waits (before the
+    worker and before the join) grows by more than a tenth of the input, or ends above a
+    second of it. See :func:`capacity_of`."""
+    worker, topics, _result, _plan = start_query(bootstrap, state_dir, setup, False, "calib")
+    rates = setup.calibration_rates()
+    step = setup.calibration_step_s
+    gen = Generator(bootstrap, topics,
+                    lambda t: rates[int(t // step)] if t < step * len(rates) else None,
+                    setup.pids, setup.seed + 1)  # fmt: skip
+    steps: list[dict[str, Any]] = []
+    try:
+        time.sleep(2.0)
+        gen.start()
+        while not gen.start_t:
+            time.sleep(0.01)
+        for k, r in enumerate(rates):
+            points: list[tuple[float, float]] = []
+            while time.time() < gen.start_t + (k + 1) * step - 0.1:
+                time.sleep(0.2)
+                s = sample(worker, gen)
+                if s["t"] >= k * step + step / 2:  # the step's second half
+                    points.append((s["t"], s["source_backlog"] + s["join_backlog"]))
+            growth = _slope(points)
+            waiting = points[-1][1] if points else 0.0
+            kept_up = growth < 0.1 * 2 * r and waiting < 2 * r
+            steps.append({"rate": r, "waiting": waiting, "growth_per_s": growth,
+                          "kept_up": kept_up})  # fmt: skip
+            if not kept_up:
+                break
+    finally:
+        gen.stop.set()
+        worker.stop()
+    return {"steps": steps, "capacity_per_s": capacity_of(steps)}
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    if len(points) < 2:
+        return 0.0
+    t, y = np.array(points, np.float64).T
+    return float(np.polyfit(t, y, 1)[0]) if np.ptp(t) > 0 else 0.0
+
+
+def capacity_of(steps: list[dict[str, Any]]) -> float:
+    """Between the last rate kept up with and the first one not (their geometric mean; the
+    last rate tried if every one was kept up with)."""
+    good = [s["rate"] for s in steps if s["kept_up"]]
+    if not good:
+        raise RuntimeError(f"the worker kept up with no rate of the staircase: {steps}")
+    bad = [s["rate"] for s in steps if not s["kept_up"]]
+    return float(np.sqrt(good[-1] * bad[0])) if bad else float(good[-1])

@@ -1,0 +1,82 @@
+"""The oracle and the arithmetic of ``streamon experiment shedding`` (issue 18), in process:
+the exact join's count and the check of each result against brute force, the ramp's overload
+span and feasible kept fraction in closed form, the capacity fitted from a staircase."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from processors.experiments.shedding_live_run import capacity_of
+from processors.experiments.shedding_live_setup import (
+    Ramp,
+    Sent,
+    ShedSetup,
+    check_results,
+    exact_pairs,
+)
+
+
+def brute_pairs(a: Sent, b: Sent, window_ms: int) -> set[tuple[int, int]]:
+    return {
+        (int(a.dst[i]), int(b.dst[j]))
+        for i in range(len(a.dst))
+        for j in range(len(b.dst))
+        if a.pid[i] == b.pid[j] and -window_ms < int(a.ts[i]) - int(b.ts[j]) <= window_ms
+    }
+
+
+def sent(rng: np.random.Generator, n: int, pids: int, span_ms: int) -> Sent:
+    return Sent(
+        np.arange(n, dtype=np.int64),
+        rng.integers(0, pids, n).astype(np.int64),
+        np.sort(rng.integers(0, span_ms, n)).astype(np.int64),
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_exact_join_is_counted_as_brute_force_finds_it(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = sent(rng, 300, 7, 10_000), sent(rng, 250, 7, 10_000)
+    pairs = brute_pairs(a, b, 2_000)
+    assert exact_pairs(a, b, 2_000) == len(pairs)
+    since = 4_000
+    late = {(i, j) for i, j in pairs if a.ts[i] >= since and b.ts[j] >= since}
+    assert exact_pairs(a, b, 2_000, since) == len(late)
+
+
+def test_each_result_is_checked_against_the_records_written() -> None:
+    rng = np.random.default_rng(9)
+    a, b = sent(rng, 200, 5, 8_000), sent(rng, 200, 5, 8_000)
+    pairs = sorted(brute_pairs(a, b, 2_000))
+    good = pairs[:50]
+    wrong = [(0, j) for j in range(200) if (0, j) not in set(pairs)][:5]
+    unknown = [(999, 0)]
+    results = good + [good[0]] + wrong + unknown  # one repeated
+    a_dst = np.array([p[0] for p in results], np.int64)
+    b_dst = np.array([p[1] for p in results], np.int64)
+    valid, duplicates = check_results(a, b, a_dst, b_dst, 2_000)
+    assert valid.tolist() == [True] * 51 + [False] * (len(wrong) + 1)
+    assert duplicates == 1
+
+
+def test_the_ramp_overload_span_and_feasible_fraction() -> None:
+    setup = ShedSetup(low=0.5, high=3.0, steady_s=10, ramp_s=10, top_s=10, tail_s=10)
+    ramp = Ramp(1_000.0, setup)
+    up, down = ramp.overload()
+    assert up == pytest.approx(12.0)  # 0.5 -> 3 in 10 s: 1x after 2 s
+    assert down == pytest.approx(38.0)
+    assert float(ramp.rate(up)) == pytest.approx(1_000.0)
+    assert ramp.ramp_end_s == 40.0
+    # over the span: ramps average 2x (8 s each way), the top 3x for 10 s; kept at most 1x
+    offered = 2 * 8 * 2.0 + 10 * 3.0
+    assert ramp.feasible_kept_fraction((up, down)) == pytest.approx(26 / offered, rel=1e-3)
+
+
+def test_capacity_is_between_the_last_rate_kept_up_with_and_the_first_not() -> None:
+    steps = [{"rate": r, "kept_up": r < 3_000} for r in (1_000, 2_000, 3_000)]
+    assert capacity_of(steps) == pytest.approx(np.sqrt(2_000 * 3_000))
+    assert capacity_of(steps[:2]) == 2_000
+    with pytest.raises(RuntimeError, match="no rate"):
+        capacity_of([{"rate": 500, "kept_up": False}])
+    assert ShedSetup(calibration_steps=3).calibration_rates() == [1_000, 1_150, 1_322]
