@@ -36,7 +36,7 @@ query.into({result!r}, partitions={result_parts})
 class ShedSetup:
     """What the experiment runs; ``scaled`` shortens the phases (the CI's smoke run)."""
 
-    pids: int = 1_000  # join key domain: a record meets about 2 * rate * window / pids others
+    pids: int = 300  # join key domain: a record meets about 2 * rate * window / pids others
     window_ms: int = 2_000
     partitions: int = 2  # of the inputs, the join and the result
     sampled_partitions: int = 1  # the join partitions whose results are read back and checked

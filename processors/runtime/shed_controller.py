@@ -15,7 +15,7 @@ import collections
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from processors.core.cost.shed_policy import material, next_keep
@@ -56,6 +56,8 @@ class ShedController:
         self.worker_id = worker_id
         self.clock = clock
         self.records: collections.deque[dict[str, Any]] = collections.deque(maxlen=KEPT_RECORDS)
+        self._seen: set[tuple[str, str, int]] = set()  # (worker, agent, window end) had
+        self._seen_order: collections.deque[tuple[str, str, int]] = collections.deque()
         self._last_stats = float("-inf")
         self._last_check = float("-inf")
         self.published: dict[str, float] | None = None
@@ -64,11 +66,22 @@ class ShedController:
         self.decisions = 0
         self.last_signals: dict[str, Any] | None = None
 
-    def on_stats(self, record: dict[str, Any]) -> None:
+    def on_stats(self, record: dict[str, Any], own: bool = False) -> None:
+        """A Stats record: from the stats topic (every worker's), and ``own`` from this
+        worker's board as it reports (the topic's copy comes later: a repeat is ignored). Only
+        the topic's make this worker the leader."""
         if record.get("query") != self.plan.name or record.get("scope") != "AGENT":
             return
-        self._last_stats = self.clock()
+        if not own:
+            self._last_stats = self.clock()
         worker = str(record.get("worker_id"))
+        seen = (worker, str(record.get("agent")), int(record["window_end_ms"]))
+        if seen in self._seen:
+            return
+        self._seen.add(seen)
+        self._seen_order.append(seen)
+        if len(self._seen_order) > KEPT_RECORDS:
+            self._seen.discard(self._seen_order.popleft())
         if worker not in self._active_from:
             if not record.get("tuples_in"):
                 return
@@ -92,8 +105,8 @@ class ShedController:
             return False
         # a rise shows first in the newest statistics: the window would average it away
         newest = signals(list(self.records), MIN_SPAN_MS, self._since_ms, MIN_SPAN_MS)
-        if newest is not None and newest.need > measured.need:
-            measured = newest
+        if newest is not None and newest.need > measured.need:  # (a rise is a slope: the
+            measured = replace(newest, rising=measured.rising)  # longer window's)
         self.last_signals = asdict(measured)
         keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
         in_force = self.published if self.published is not None else dict(current)

@@ -168,6 +168,11 @@ class Shedding:
         if self.controller is not None:
             self.controller.on_stats(record)
 
+    def on_own_stats(self, record: dict[str, Any]) -> None:
+        """This worker's statistics as they are reported (before the stats topic has them)."""
+        if self.controller is not None:
+            self.controller.on_stats(record, own=True)
+
     def tick(self) -> bool:
         return self.controller is not None and self.controller.tick(self.kept_fraction())
 

@@ -122,6 +122,9 @@ class StatsBoard:
         self._schema = load_schema(STATS_SCHEMA)
         #: the latest reported records, decoded (the status page's cost model reads them)
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_RECORDS)
+        #: called with each record as it is reported (a shedding controller on this worker
+        #: reads its own statistics without waiting for the stats topic)
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
 
     def agent(
         self, agent: str, stage: str, plan: Callable[[], dict[str, Any]] = dict
@@ -181,6 +184,8 @@ class StatsBoard:
             }
             stats.latency_s_window_max = 0.0
             self.recent.append(record)
+            for observe in self.observers:
+                observe(record)
             records.append(encode_single_object(self._schema, record))
         self._last_report_ms = now_ms
         return records

@@ -198,6 +198,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     ctx.shedding = Shedding.of(
         plan, lambda value, key: producer.produce(CONTROL_TOPIC, value, key=key), options.worker_id
     )
+    board.observers.append(ctx.shedding.on_own_stats)  # at once; the topic's copy is a repeat
     scheduling = Scheduling(
         plan.name,
         pipeline.paths(),

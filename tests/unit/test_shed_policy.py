@@ -208,3 +208,29 @@ def test_a_rising_read_rate_is_measured() -> None:
     s = signals(rs, 4_000)
     assert s is not None and s.read_per_s == pytest.approx(1_300)
     assert s.rising == pytest.approx(200 / 1_300)
+
+
+def test_shares_are_held_without_clear_evidence_of_overload() -> None:
+    config = ShedConfig(500)
+    near = signals(records(1_000, 0.85, -240, 60, 200.0), 4_000)
+    assert near is not None and not near.saturated
+    assert near.need == pytest.approx(0.85 * 1.06)  # over the aim 0.8, within the hysteresis
+    assert next_keep(plan(), [], near, {"r": 0.5}, config) == (
+        {"r": 0.5},
+        "within the bound: shares held",
+    )
+    late = signals(records(1_000, 0.85, -240, 60, 450.0), 4_000)
+    assert late is not None  # the latency nears the bound: cut
+    assert next_keep(plan(), [], late, {"r": 0.5}, config)[0]["r"] < 0.5
+
+
+def test_own_statistics_count_once_and_do_not_make_a_worker_the_leader() -> None:
+    clock = [100.0]
+    ctl = ShedController(plan(), lambda value, key: None, "w1", clock=lambda: clock[0])
+    rs = records(1_000, 1.0, 0, 2_000, 900.0, seconds=6)
+    for r in rs:
+        ctl.on_stats(r, own=True)
+    assert not ctl.leading and len(ctl.records) == 6  # after the 3 s warm-up
+    for r in rs:
+        ctl.on_stats(r)  # the stats topic's copies: repeats
+    assert ctl.leading and len(ctl.records) == 6

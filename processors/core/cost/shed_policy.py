@@ -49,7 +49,9 @@ DRAIN = 0.7
 QUEUE_OK, DRAIN_HORIZON_S, DRAIN_FLOOR = 0.25, 2.0, 0.5
 #: a rising read rate is met this far ahead (a decision takes effect a second or two after
 #: the statistics it is made on), at most MAX_RISING of the rate a second
-LEAD_S, MAX_RISING = 2.0, 0.5
+LEAD_S, MAX_RISING = 2.0, 0.25
+#: shares are cut only on clear evidence (see _overloaded)
+HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
 #: shares closer than this to the current ones are not worth a new SHED record
 MATERIAL = 0.02
 #: the search's effort at run time (cost model evaluations; docs/shedding.md)
@@ -110,6 +112,8 @@ def next_keep(
     scale = aim / need
     if all(current.get(n, 1.0) >= 1.0 for n in names) and scale >= 1.0:
         return dict.fromkeys(names, 1.0), "keeping up"
+    if scale < 1.0 and not _overloaded(config, s, need, aim):
+        return dict(current), "within the bound: shares held"
     why = (f"{s.bottleneck} needs {need:.2f} of a processor for its input"
            f"{f' (rising {100 * s.rising:.0f}%/s)' if s.rising > 0.01 else ''}, aim {aim:.2f}; "
            f"latency {s.latency_ms:.0f} ms (bound {config.max_latency_ms} ms), backlog "
@@ -123,6 +127,16 @@ def next_keep(
         keep = {n: min(1.0, max(config.min_keep, current.get(n, 1.0) * scale)) for n in names}
         why = f"{why} (shares scaled alike: {exc})"
     return _capped(keep, current, light), why
+
+
+def _overloaded(config: ShedConfig, s: Signals, need: float, aim: float) -> bool:
+    """Whether a cut is called for: the bottleneck falls behind with work waiting beyond
+    QUEUE_OK of the bound, the latency nears the bound (HIGH_LATENCY of it), or the need is
+    clearly (HYSTERESIS) over the aim. Otherwise the measurement's noise alone would cut."""
+    bound_s = config.max_latency_ms / 1000
+    if s.saturated and s.backlog_s > QUEUE_OK * bound_s:
+        return True
+    return s.latency_ms > HIGH_LATENCY * config.max_latency_ms or need > HYSTERESIS * aim
 
 
 def _modelled(

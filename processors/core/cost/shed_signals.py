@@ -41,6 +41,7 @@ class Signals:
     workers: int
     backlog_s: float = 0.0  # the work waiting, in seconds of the busiest worker's processor
     rising: float = 0.0  # how fast the records read grow, a share of their rate a second
+    saturated: bool = False  # the neediest worker's bottleneck falls behind
 
 
 def agent_records(records: Sequence[Record]) -> list[Record]:
@@ -90,29 +91,32 @@ def signals(
         mine_taken = sum(int(r["tuples_in"]) for r in mine) / span_s
         part = mine_taken / taken[agent] if taken[agent] else 1.0 / len(by_agent)
         offered = max(0.0, mine_taken + part * (growth[agent] + upstream.get(agent, 0.0)))
-        nested = "topic" in mine[-1] and not mine[-1]["topic"]  # runs inside another's turn
-        workers.setdefault(worker, []).append((agent, 0.0 if nested else busy, offered,
-                                               mine_taken))  # fmt: skip
+        if not ("topic" in mine[-1] and not mine[-1]["topic"]):  # not inside another's turn
+            workers.setdefault(worker, []).append((agent, busy, offered, mine_taken))
         waiting = max(int(mine[-1]["backlog_tuples"]), int(part * queued.get(agent, 0)))
         backlog += waiting
         if mine_taken > 0:  # its processor time per tuple times what waits
             work_by_worker[worker] = work_by_worker.get(worker, 0.0) + waiting * busy / mine_taken
+    saturated = False
     for worker, agents in workers.items():
-        mine_need, agent = worker_need(agents)
+        mine_need, agent, full = worker_need(agents)
         if mine_need > need:
-            need, bottleneck = mine_need, f"{worker}/{agent}"
+            need, bottleneck, saturated = mine_need, f"{worker}/{agent}", full
     read_records = [r for r in recent if str(r["agent"]).startswith("ingest.")]
     read = sum(taken[a] for a in names if a.startswith("ingest."))
     rising = _rising(read_records, read)
     latency = max((float(r["latency_ms_max"]) for r in recent), default=0.0)
     return Signals(
         max(need, 0.0), bottleneck, read, sum(growth.values()), backlog, latency, len(workers),
-        max(work_by_worker.values(), default=0.0), rising,
+        max(work_by_worker.values(), default=0.0), rising, saturated,
     )  # fmt: skip
 
 
-def worker_need(agents: Sequence[tuple[str, float, float, float]]) -> tuple[float, str]:
-    """One worker's need and its bottleneck agent from (agent, busy, offered, taken) each.
+def worker_need(
+    agents: Sequence[tuple[str, float, float, float]],
+) -> tuple[float, str, bool]:
+    """One worker's need, its bottleneck agent and whether that one falls behind, from
+    (agent, busy, offered, taken) each.
 
     Its agents share its processor (one event loop): its utilization is their busy shares
     added up (not those of agents that run inside another's turn, as a step's result writes
@@ -127,8 +131,8 @@ def worker_need(agents: Sequence[tuple[str, float, float, float]]) -> tuple[floa
         if ratio > pressure:
             pressure, bottleneck = ratio, agent
     if pressure > SATURATED:
-        return pressure * max(utilization, 1.0), bottleneck
-    return pressure * utilization, bottleneck
+        return pressure * max(utilization, 1.0), bottleneck, True
+    return pressure * utilization, bottleneck, False
 
 
 def _rising(read_records: Sequence[Record], read_per_s: float) -> float:
