@@ -29,9 +29,10 @@ from processors.experiments.shedding_live_setup import (
 
 #: the run without shedding is not waited for to work off its backlog (minutes): its latency
 #: during the overload is what it shows
-NOSHED_SETTLE_S = 30.0
-#: ... and its results (tens of millions) are read in runs: one in ten
-NOSHED_STRIDE = 20_000
+NOSHED_SETTLE_S = 5.0
+#: ... and its results (tens of millions) are read in this many runs of records spread over
+#: the partition
+NOSHED_RUNS = 40
 
 
 def run_shedding_live(
@@ -57,7 +58,7 @@ def run_shedding_live(
         _say(f"running the ramp {'with' if shed else 'without'} shedding")
         runs[shed] = run_ramp(bootstrap, state_dir, setup, ramp.rate, ramp.duration_s, shed,
                               settle_s=60.0 if shed else NOSHED_SETTLE_S,
-                              stride=None if shed else NOSHED_STRIDE)  # fmt: skip
+                              runs=None if shed else NOSHED_RUNS)  # fmt: skip
     summary = summarize(runs[True], runs[False], ramp, cal)
     paths = write_outputs(Path(out_dir), runs[True], runs[False], ramp, summary)
     if json_path is not None:
@@ -228,7 +229,7 @@ def write_outputs(
     for ax, (key, label, log) in zip(axes, panels, strict=True):
         for run_label, style in (("shed", "tab:blue"), ("noshed", "tab:red")):
             pts = [(r["t_s"], r[key]) for r in rows if r["run"] == run_label
-                   and r.get(key) is not None]  # fmt: skip
+                   and r.get(key) is not None and (r[key] > 0 or not log)]  # fmt: skip
             if pts:
                 xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, ys, color=style, linewidth=1.0,
@@ -241,7 +242,8 @@ def write_outputs(
             ax.plot(t, np.minimum(1.0, ramp.capacity / np.maximum(ramp.rate(t), 1e-9)),
                     color="grey", linestyle=":", label="capacity / offered")  # fmt: skip
         if log:
-            ax.set_yscale("symlog", linthresh=10)
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=10)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)

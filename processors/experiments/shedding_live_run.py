@@ -19,7 +19,7 @@ from processors.experiments.shedding_live_setup import Sent, ShedSetup
 
 STREAMS = ("a", "b")
 #: a sampled read of results takes runs of this many records
-CHUNK = 2_000
+CHUNK = 20_000
 
 
 class Generator(threading.Thread):
@@ -160,7 +160,7 @@ def start_query(
 
 def run_ramp(
     bootstrap: str, state_dir: Path, setup: ShedSetup, rate: Callable[[float], float],
-    duration_s: float, shed: bool, settle_s: float = 90.0, stride: int | None = None,
+    duration_s: float, shed: bool, settle_s: float = 90.0, runs: int | None = None,
 ) -> LiveRun:  # fmt: skip
     """One run of the ramp, with or without shedding: sampled until the ramp is over and the
     worker has caught up (at most ``settle_s`` more), then its results read back."""
@@ -195,26 +195,31 @@ def run_ramp(
         run.worker_exit = worker.stop()
     run.sent = {s: gen.written(s) for s in STREAMS}
     run.results = read_results(bootstrap, result, plan, list(range(setup.sampled_partitions)),
-                               stride)  # fmt: skip
-    run.sampled = stride is None
+                               runs)  # fmt: skip
+    run.sampled = runs is None
     return run
 
 
 def read_results(
-    bootstrap: str, topic: str, plan: Any, partitions: list[int], stride: int | None = None
+    bootstrap: str, topic: str, plan: Any, partitions: list[int], runs: int | None = None
 ) -> dict[str, np.ndarray]:
     """The result records of ``partitions`` (results are spread over them by a hash of the
-    join key: a random sample), or with ``stride`` runs of CHUNK records every ``stride``,
+    join key: a random sample), or ``runs`` runs of CHUNK records spread evenly over each,
     their fields decoded in bulk and their Kafka timestamps (when written)."""
-    from topics.admin import iter_topic, sample_partition
+    from topics.admin import high_watermarks, iter_topic, sample_partition
     from topics.columnar import RecordCodec
 
     values: list[bytes] = []
     written: list[int] = []
-    records = (
-        iter_topic(bootstrap, topic, timeout=600, partitions=partitions) if stride is None
-        else (r for p in partitions for r in sample_partition(bootstrap, topic, p, CHUNK, stride))
-    )  # fmt: skip
+    if runs is None:
+        records = iter_topic(bootstrap, topic, timeout=600, partitions=partitions)
+    else:
+        ends = high_watermarks(bootstrap, topic)
+        records = (
+            r for p in partitions
+            for r in sample_partition(bootstrap, topic, p, CHUNK,
+                                      max(CHUNK, ends.get(p, 0) // runs), timeout=900)
+        )  # fmt: skip
     for record in records:
         values.append(record.value)
         written.append(record.timestamp_ms)

@@ -130,13 +130,14 @@ def next_keep(
 
 
 def _overloaded(config: ShedConfig, s: Signals, need: float, aim: float) -> bool:
-    """Whether a cut is called for: the bottleneck falls behind with work waiting beyond
-    QUEUE_OK of the bound, the latency nears the bound (HIGH_LATENCY of it), or the need is
-    clearly (HYSTERESIS) over the aim. Otherwise the measurement's noise alone would cut."""
-    bound_s = config.max_latency_ms / 1000
-    if s.saturated and s.backlog_s > QUEUE_OK * bound_s:
-        return True
-    return s.latency_ms > HIGH_LATENCY * config.max_latency_ms or need > HYSTERESIS * aim
+    """Whether a cut is called for: work waits beyond QUEUE_OK of the bound while the
+    bottleneck falls behind or the latency nears the bound (HIGH_LATENCY of it), or the need
+    is clearly (HYSTERESIS) over the aim. Otherwise the measurement's noise alone would cut,
+    and a latency that no queue explains (a query's own: its windows, its batches) is not
+    shortened by dropping."""
+    queueing = s.backlog_s > QUEUE_OK * config.max_latency_ms / 1000
+    late = s.latency_ms > HIGH_LATENCY * config.max_latency_ms
+    return (queueing and (s.saturated or late)) or need > HYSTERESIS * aim
 
 
 def _modelled(

@@ -26,6 +26,8 @@ from typing import Any
 Record = Mapping[str, Any]
 #: a worker whose bottleneck is offered more than this for what it takes is falling behind
 SATURATED = 1.1
+#: what waits before a source agent under this many seconds of its reading is fetch noise
+SOURCE_NOISE_S = 0.25
 #: offered over taken is capped here (an agent that took nothing while offered some)
 MAX_PRESSURE = 10.0
 
@@ -76,9 +78,10 @@ def signals(
     for a in names:
         if feeds.get(a):  # fed by agents: the flow balance, exact
             growth[a] = sum(out.get(f, 0.0) for f in feeds[a]) - taken[a]
-        else:  # a source: its high watermarks
+        else:  # a source: its high watermarks (a reader fetches in bursts: what waits swings
+            # by a fetch or two, which is no growth while it stays under SOURCE_NOISE_S)
             growth[a] = sum(
-                _slope([(r["window_end_ms"] / 1000, float(r["backlog_tuples"])) for r in mine])
+                _source_growth(mine, span_s)
                 for (_, x), mine in by_agent.items() if x == a
             )  # fmt: skip
     upstream = _accumulated(names, feeds, growth, taken, out)
@@ -149,6 +152,16 @@ def _rising(read_records: Sequence[Record], read_per_s: float) -> float:
     if read_per_s <= 0:
         return 0.0
     return max(0.0, _slope(points) / read_per_s)
+
+
+def _source_growth(mine: Sequence[Record], span_s: float) -> float:
+    """How fast what waits before a source agent grows (least squares), 0 for a rise while
+    it stays under SOURCE_NOISE_S of its reading."""
+    slope = _slope([(r["window_end_ms"] / 1000, float(r["backlog_tuples"])) for r in mine])
+    read_per_s = sum(int(r["tuples_in"]) for r in mine) / span_s
+    if slope > 0 and int(mine[-1]["backlog_tuples"]) < SOURCE_NOISE_S * read_per_s:
+        return 0.0
+    return slope
 
 
 def _total(records: Sequence[Record], agent: str, key: str) -> int:
