@@ -241,3 +241,17 @@ def test_own_statistics_count_once_and_do_not_make_a_worker_the_leader() -> None
     for r in rs:
         ctl.on_stats(r)  # the stats topic's copies: repeats
     assert ctl.leading and len(ctl.records) == 6
+
+
+def test_a_rise_is_each_workers_slope_added_up() -> None:
+    rs = []
+    for worker, offset in (("w1", 0), ("w2", 250)):  # intervals that do not line up
+        for r in records(1_000, 0.3, 0, 0, 10.0):
+            if r["agent"] == "ingest.r":
+                k = (r["window_end_ms"] - 11_000) // 1_000
+                rs.append({**r, "worker_id": worker, "window_start_ms": r["window_start_ms"]
+                           + offset, "window_end_ms": r["window_end_ms"] + offset,
+                           "tuples_in": 1_000 + 100 * k})  # fmt: skip
+    s = signals(rs, 6_000)
+    assert s is not None and s.workers == 2
+    assert s.rising == pytest.approx(200 / s.read_per_s)

@@ -17,10 +17,11 @@ force and decides:
    then scaled alike until the cost with every result counted (a join builds and writes each
    one, which the model's probe count leaves out) is ``scale`` times the current one. Without
    the figures the model needs yet (a query's first seconds), every share is scaled alike.
-4. **Damping.** A raise goes at most to ``1.5 * share + 0.1`` per decision (a load measured at
-   small shares extrapolates badly), unless the load is clearly light (need under half the
-   aim, a quarter second's reading at most waiting, latency within the bound): then the boxes
-   are lifted at once.
+4. **Damping.** A cut needs clear evidence (:func:`_overloaded`), else the shares are held. A
+   raise goes at most to ``1.5 * share + 0.1`` per decision (a load measured at small shares
+   extrapolates badly), unless the load is clearly light (need under half the aim, a quarter
+   second's reading at most waiting, latency within the bound): then the boxes are lifted at
+   once.
 
 The measured utilization calibrates the model (its absolute cost per tuple need not be right,
 only its shape); the backlog and latency feedback correct what both miss.
@@ -36,11 +37,10 @@ from processors.core.cost.inputs import CostInputs, bind
 from processors.core.cost.measured import measured_stats
 from processors.core.cost.model import PlanCost, evaluate
 from processors.core.cost.shapes import Shape, running_shape
-from processors.core.cost.shed_signals import Record, Signals, signals
+from processors.core.cost.shed_signals import Record, Signals
 from processors.core.cost.shedding import approximate
 from processors.core.plan import LogicalPlan, ShedConfig
 
-__all__ = ["Signals", "material", "next_keep", "signals", "target"]
 #: while the latency is over the bound and the backlog grows, the target is lowered by this
 #: factor
 DRAIN = 0.7

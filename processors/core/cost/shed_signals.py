@@ -140,18 +140,23 @@ def worker_need(
 
 def _rising(read_records: Sequence[Record], read_per_s: float) -> float:
     """How fast the records read grow, as a share of the rate a second (0 if not rising):
-    a least-squares slope of the rate per statistics interval."""
-    by_end: dict[int, list[Record]] = {}
-    for r in read_records:
-        by_end.setdefault(int(r["window_end_ms"]), []).append(r)
-    points = []
-    for end, rs in sorted(by_end.items()):
-        span = max(int(r["window_end_ms"]) - int(r["window_start_ms"]) for r in rs) / 1000
-        if span > 0:
-            points.append((end / 1000, sum(int(r["tuples_in"]) for r in rs) / span))
+    each worker's least-squares slope of its rate per statistics interval, added up (the
+    workers' intervals do not line up)."""
     if read_per_s <= 0:
         return 0.0
-    return max(0.0, _slope(points) / read_per_s)
+    by_worker: dict[str, dict[int, list[Record]]] = {}
+    for r in read_records:
+        ends = by_worker.setdefault(str(r["worker_id"]), {})
+        ends.setdefault(int(r["window_end_ms"]), []).append(r)
+    slope = 0.0
+    for by_end in by_worker.values():
+        points = []
+        for end, rs in sorted(by_end.items()):
+            span = max(int(r["window_end_ms"]) - int(r["window_start_ms"]) for r in rs) / 1000
+            if span > 0:
+                points.append((end / 1000, sum(int(r["tuples_in"]) for r in rs) / span))
+        slope += _slope(points)
+    return max(0.0, slope / read_per_s)
 
 
 def _source_growth(mine: Sequence[Record], span_s: float) -> float:
