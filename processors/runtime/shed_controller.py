@@ -6,7 +6,8 @@ WINDOW_MS, from what was measured under the shares in force, and asks
 :func:`processors.core.cost.shed_policy.next_keep` for the shares; when they differ
 materially from those in force it publishes them as a DROP_RATES record, which every worker
 (this one too) applies when it reads it back from the control topic, as the scheduling plan is
-applied.
+applied. Between those decisions, at every tick, a rise of the read rate its own drop boxes
+count is met at once (:func:`processors.core.cost.shed_policy.feed_forward`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
-from processors.core.cost.shed_policy import material, next_keep
+from processors.core.cost.shed_policy import Decided, feed_forward, material, next_keep, target
 from processors.core.cost.shed_signals import signals
 from processors.core.plan import LogicalPlan
 from processors.runtime.control import SHED, control_key, encode_control
@@ -35,6 +36,8 @@ MIN_SPAN_MS = 1_000
 #: a worker's first seconds of work measure its warm-up (imports, compilation, connections,
 #: the first fetches), not the load: its statistics count from this long after its first tuple
 WARMUP_MS = 3_000
+#: the read rate between decisions is measured over this long
+READ_RATE_S = 1.0
 #: the records kept for the cost model's figures (every worker's, about the last minute)
 KEPT_RECORDS = 2_000
 #: a worker stops acting as the controller when no stats arrived for this long
@@ -48,6 +51,7 @@ class ShedController:
         publish: Callable[[bytes, bytes], None],
         worker_id: str,
         clock: Callable[[], float] = time.time,
+        reads: Callable[[], int] | None = None,
     ) -> None:
         assert plan.shedding is not None
         self.plan = plan
@@ -65,6 +69,10 @@ class ShedController:
         self._active_from: dict[str, int] = {}  # worker -> when its first tuple came
         self.decisions = 0
         self.last_signals: dict[str, Any] | None = None
+        #: records this worker's drop boxes read so far (None: no fast path)
+        self.reads = reads
+        self._reads: collections.deque[tuple[float, int]] = collections.deque()
+        self._decided: Decided | None = None
 
     def on_stats(self, record: dict[str, Any], own: bool = False) -> None:
         """A Stats record: from the stats topic (every worker's), and ``own`` from this
@@ -94,11 +102,37 @@ class ShedController:
     def leading(self) -> bool:
         return self.clock() - self._last_stats < LEADERSHIP_TIMEOUT_S
 
-    def tick(self, current: Mapping[str, float]) -> bool:
-        """Decide if it is time; publish the shares when they changed. True if it published."""
+    def read_rate(self) -> float:
+        """This worker's drop boxes' reading, records/s over the last READ_RATE_S (0: not
+        known yet); sampled at each tick."""
+        if self.reads is None:
+            return 0.0
         now = self.clock()
-        if not self.leading or now - self._last_check < CHECK_S:
+        self._reads.append((now, self.reads()))
+        while len(self._reads) > 2 and now - self._reads[1][0] >= READ_RATE_S:
+            self._reads.popleft()
+        (t0, n0), (t1, n1) = self._reads[0], self._reads[-1]
+        return (n1 - n0) / (t1 - t0) if t1 - t0 >= READ_RATE_S / 2 else 0.0
+
+    def tick(self, current: Mapping[str, float]) -> bool:
+        """Decide if it is time; publish the shares when they changed. True if it published.
+        Between decisions, a rise of the read rate is acted on at once (:func:`feed_forward`)."""
+        now = self.clock()
+        rate = self.read_rate()
+        if not self.leading:
             return False
+        if self._decided is not None and self._decided.rate <= 0 < rate:  # known since
+            self._decided = replace(self._decided, rate=rate)
+        if now - self._last_check < CHECK_S:
+            fast = (
+                None
+                if self._decided is None
+                else feed_forward(current, rate, self._decided, self.config)
+            )
+            if fast is None or not material(fast[0], current):
+                return False
+            keep, self._decided, why = fast
+            return self._publish_keep(keep, why, now)
         self._last_check = now
         measured = signals(list(self.records), WINDOW_MS, self._since_ms, MIN_SPAN_MS)
         if measured is None:
@@ -109,9 +143,15 @@ class ShedController:
             measured = replace(newest, rising=measured.rising)  # longer window's)
         self.last_signals = asdict(measured)
         keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
+        self._decided = Decided(rate, measured.need, target(self.config, measured))
         in_force = self.published if self.published is not None else dict(current)
         if not material(keep, in_force):
             return False
+        # the need measured was at the shares in force; at these it is meant to be the aim
+        self._decided = replace(self._decided, need=self._decided.aim)
+        return self._publish_keep(keep, why, now)
+
+    def _publish_keep(self, keep: dict[str, float], why: str, now: float) -> bool:
         self.published = keep
         self._since_ms = int(now * 1000) + SETTLE_MS
         self.decisions += 1

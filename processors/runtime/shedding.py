@@ -117,7 +117,10 @@ class Shedding:
         controller = None
         if plan.shedding is not None:
             controller = ShedController(plan, publish, worker_id)
-        return cls(plan.name, [(s.name, s.topic) for s in plan.streams], controller)
+        shedding = cls(plan.name, [(s.name, s.topic) for s in plan.streams], controller)
+        if controller is not None:  # the fast path reads the boxes' own counts
+            controller.reads = shedding.records_read
+        return shedding
 
     @property
     def active(self) -> bool:
@@ -125,6 +128,10 @@ class Shedding:
 
     def box(self, stream: str) -> DropBox:
         return self.boxes[stream]
+
+    def records_read(self) -> int:
+        """Every record the boxes have seen (kept or dropped)."""
+        return sum(box.kept + box.dropped for box in self.boxes.values())
 
     def kept_fraction(self) -> dict[str, float]:
         return {name: box.keep for name, box in self.boxes.items()}

@@ -255,3 +255,43 @@ def test_a_rise_is_each_workers_slope_added_up() -> None:
     s = signals(rs, 6_000)
     assert s is not None and s.workers == 2
     assert s.rising == pytest.approx(200 / s.read_per_s)
+
+
+def test_between_decisions_a_rising_read_rate_is_met_at_once() -> None:
+    from processors.core.cost.shed_policy import Decided, feed_forward
+
+    config = ShedConfig(500)
+    last = Decided(rate=10_000.0, need=0.9, aim=0.8)
+    assert feed_forward({"r": 0.5}, 11_500.0, last, config) is None  # under 20% more
+    keep, decided, why = feed_forward({"r": 0.5}, 12_500.0, last, config)
+    assert keep == {"r": pytest.approx(0.4)} and "kept rate held" in why  # 0.5 * 10k / 12.5k
+    assert decided == Decided(12_500.0, 0.9, 0.8)
+    # not shedding: 0.6 grown by 1.5 is 0.9, within 15% of the aim; by 2 it is 1.2: start
+    calm = Decided(rate=10_000.0, need=0.6, aim=0.8)
+    assert feed_forward({"r": 1.0}, 15_000.0, calm, config) is None
+    keep, decided, _ = feed_forward({"r": 1.0}, 20_000.0, calm, config)
+    assert keep == {"r": pytest.approx(0.8 / 1.2)} and decided.need == 0.8
+    assert feed_forward({"r": 0.5}, 12_500.0, Decided(0.0, 0.9, 0.8), config) is None
+
+
+def test_the_controller_cuts_between_decisions_when_its_boxes_read_more() -> None:
+    sent: list[tuple[bytes, bytes]] = []
+    clock, read = [100.0], [0]
+    ctl = ShedController(plan(), lambda value, key: sent.append((value, key)), "w1",
+                         clock=lambda: clock[0], reads=lambda: read[0])  # fmt: skip
+    for r in records(1_000, 1.0, 0, 2_000, 900.0, seconds=6):
+        ctl.on_stats(r)
+    for _ in range(6):  # 1,000 records a second read
+        clock[0] += 0.2
+        read[0] += 200
+        ctl.tick({"r": 1.0})
+    assert len(sent) == 1  # the decision on the statistics: shed
+    shares = decode_control(sent[0][0], SchemaStore()).payload["keep"]["r"]
+    for _ in range(4):  # then 2,000 a second, within the second before the next decision
+        clock[0] += 0.2
+        read[0] += 400
+        ctl.tick({"r": shares})
+    assert len(sent) == 3  # the rate measured over the last second rose 20% twice
+    fast = [decode_control(v, SchemaStore()).payload for v, _ in sent[1:]]
+    assert shares > fast[0]["keep"]["r"] > fast[1]["keep"]["r"] >= shares / 2
+    assert all("kept rate held" in f["reason"] for f in fast)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from processors.core.cost.inputs import CostInputs, bind
 from processors.core.cost.measured import measured_stats
@@ -52,6 +52,8 @@ QUEUE_OK, DRAIN_HORIZON_S, DRAIN_FLOOR = 0.25, 2.0, 0.5
 LEAD_S, MAX_RISING = 2.0, 0.25
 #: shares are cut only on clear evidence (see _overloaded)
 HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
+#: between decisions, a read rate this much above the last decision's is acted on at once
+FAST_RISE = 1.2
 #: shares closer than this to the current ones are not worth a new SHED record
 MATERIAL = 0.02
 #: the search's effort at run time (cost model evaluations; docs/shedding.md)
@@ -127,6 +129,40 @@ def next_keep(
         keep = {n: min(1.0, max(config.min_keep, current.get(n, 1.0) * scale)) for n in names}
         why = f"{why} (shares scaled alike: {exc})"
     return _capped(keep, current, light), why
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What the last decision on the statistics saw: this worker's read rate (records/s), the
+    need and the aim."""
+
+    rate: float
+    need: float
+    aim: float
+
+
+def feed_forward(
+    current: Mapping[str, float], rate_now: float, last: Decided, config: ShedConfig
+) -> tuple[dict[str, float], Decided, str] | None:
+    """Between decisions on the statistics (a second or more apart, and their figures a
+    second old), the read rate, counted by the drop boxes themselves, is fresh. When it rose
+    by FAST_RISE since the last decision: while shedding, every share shrinks by the rise, so
+    that the kept rate (and so the load) stays as that decision left it; not shedding yet,
+    the shares start at the aim over the need grown with the rate, if that is clearly over.
+    The new shares, what they are decided on (for the next rise), why; None: no change."""
+    if last.rate <= 0 or last.need <= 0 or rate_now < FAST_RISE * last.rate:
+        return None
+    grown = last.need * rate_now / last.rate
+    shedding = any(v < 1.0 for v in current.values())
+    if not shedding and grown <= HYSTERESIS * last.aim:
+        return None
+    factor = last.rate / rate_now if shedding else last.aim / grown
+    keep = {n: min(1.0, max(config.min_keep, v * factor)) for n, v in current.items()}
+    why = (
+        f"read rate {last.rate:.0f}/s -> {rate_now:.0f}/s since the last decision: "
+        f"{'kept rate held' if shedding else f'need about {grown:.2f}, aim {last.aim:.2f}'}"
+    )
+    return keep, Decided(rate_now, last.need if shedding else last.aim, last.aim), why
 
 
 def _overloaded(config: ShedConfig, s: Signals, need: float, aim: float) -> bool:
