@@ -35,6 +35,7 @@ class Generator(threading.Thread):
         super().__init__(name="chain-live-generator", daemon=True)
         from confluent_kafka import Producer
 
+        from processors.runtime.kafka_security import client_config
         from topics.avro import load_schema
         from topics.columnar import RecordCodec
 
@@ -58,8 +59,10 @@ class Generator(threading.Thread):
         self.values = [raw[bounds[i] : bounds[i + 1]] for i in range(n)]
         self.sizes = np.diff(offs)
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
-                                  "queue.buffering.max.messages": 2_000_000})  # fmt: skip
+        self.producer = Producer(client_config({  # the process's security settings too
+            "bootstrap.servers": bootstrap, "linger.ms": 2,
+            "queue.buffering.max.messages": 2_000_000,
+        }))  # fmt: skip
         self.sent = 0
         self.sent_bytes = 0
         self.done = threading.Event()

@@ -33,13 +33,16 @@ class Generator(threading.Thread):
         super().__init__(name="shedding-generator", daemon=True)
         from confluent_kafka import Producer
 
+        from processors.runtime.kafka_security import client_config
         from topics.avro import load_schema
         from topics.columnar import RecordCodec
 
         self.topics, self.rate, self.pids = topics, rate, pids
         self.codec = RecordCodec(load_schema("packet"))
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                                  "queue.buffering.max.messages": 2_000_000})  # fmt: skip
+        self.producer = Producer(client_config({  # the process's security settings too
+            "bootstrap.servers": bootstrap, "linger.ms": 5,
+            "queue.buffering.max.messages": 2_000_000,
+        }))  # fmt: skip
         self.rng = np.random.default_rng(seed)
         self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
             s: [] for s in topics
