@@ -33,7 +33,6 @@ checked; the sink after it ejects them, playing the chart's final size-0 step.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -120,10 +119,9 @@ def run_chain_live(
     out_dir = Path(out_dir)
     paths = write_outputs(out_dir, runs, summary, schedule, chart)
     if json_path is not None:
-        json_path = Path(json_path)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(summary, indent=2))
-        paths.append(json_path)
+        from processors.experiments.plotting import write_json  # matplotlib: on use
+
+        paths.append(write_json(Path(json_path), summary))
     _say(
         f"peak queued bytes: Chain {summary['chain_peak_bytes']:,}, FIFO "
         f"{summary['fifo_peak_bytes']:,} (ratio {summary['chain_vs_fifo_peak_bytes']:.2f}), "

@@ -8,6 +8,7 @@ are committed next to the docs.
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,13 @@ def write_csv(
         writer.writerow(columns)
         for row in rows:
             writer.writerow([_fmt(row.get(c, "")) for c in columns])
+    return path
+
+
+def write_json(path: Path, summary: Mapping[str, Any]) -> Path:
+    """An experiment's summary figures (``--json``), its folder made if need be."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2))
     return path
 
 

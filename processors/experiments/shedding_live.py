@@ -11,7 +11,6 @@ output rate per second of each run), ``shedding.png`` and the JSON summary.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +61,9 @@ def run_shedding_live(
     summary = summarize(runs[True], runs[False], ramp, cal)
     paths = write_outputs(Path(out_dir), runs[True], runs[False], ramp, summary)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(summary, indent=2))
-        paths.append(json_path)
+        from processors.experiments.plotting import write_json  # matplotlib: on use
+
+        paths.append(write_json(json_path, summary))
     _say(
         f"p99 latency in the overload: {summary['shed_p99_latency_ms']:,.0f} ms with shedding "
         f"(bound {summary['latency_bound_ms']} ms), {summary['noshed_p99_latency_ms']:,.0f} ms "

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from processors.core.cost.shed_signals import slope
 from processors.experiments.shedding_live_setup import Sent, ShedSetup
 
 STREAMS = ("a", "b")
@@ -265,7 +266,7 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
                 s = sample(worker, gen)
                 if s["t"] >= k * step + step / 2:  # the step's second half
                     points.append((s["t"], s["source_backlog"] + s["join_backlog"]))
-            growth = _slope(points)
+            growth = slope(points)
             waiting = points[-1][1] if points else 0.0
             kept_up = growth < 0.1 * 2 * r and waiting < 2 * r
             steps.append({"rate": r, "waiting": waiting, "growth_per_s": growth,
@@ -276,13 +277,6 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
         gen.stop.set()
         worker.stop()
     return {"steps": steps, "capacity_per_s": capacity_of(steps)}
-
-
-def _slope(points: list[tuple[float, float]]) -> float:
-    if len(points) < 2:
-        return 0.0
-    t, y = np.array(points, np.float64).T
-    return float(np.polyfit(t, y, 1)[0]) if np.ptp(t) > 0 else 0.0
 
 
 def capacity_of(steps: list[dict[str, Any]]) -> float:

@@ -148,25 +148,25 @@ def _rising(read_records: Sequence[Record], read_per_s: float) -> float:
     for r in read_records:
         ends = by_worker.setdefault(str(r["worker_id"]), {})
         ends.setdefault(int(r["window_end_ms"]), []).append(r)
-    slope = 0.0
+    total = 0.0
     for by_end in by_worker.values():
         points = []
         for end, rs in sorted(by_end.items()):
             span = max(int(r["window_end_ms"]) - int(r["window_start_ms"]) for r in rs) / 1000
             if span > 0:
                 points.append((end / 1000, sum(int(r["tuples_in"]) for r in rs) / span))
-        slope += _slope(points)
-    return max(0.0, slope / read_per_s)
+        total += slope(points)
+    return max(0.0, total / read_per_s)
 
 
 def _source_growth(mine: Sequence[Record], span_s: float) -> float:
     """How fast what waits before a source agent grows (least squares), 0 for a rise while
     it stays under SOURCE_NOISE_S of its reading."""
-    slope = _slope([(r["window_end_ms"] / 1000, float(r["backlog_tuples"])) for r in mine])
+    rise = slope([(r["window_end_ms"] / 1000, float(r["backlog_tuples"])) for r in mine])
     read_per_s = sum(int(r["tuples_in"]) for r in mine) / span_s
-    if slope > 0 and int(mine[-1]["backlog_tuples"]) < SOURCE_NOISE_S * read_per_s:
+    if rise > 0 and int(mine[-1]["backlog_tuples"]) < SOURCE_NOISE_S * read_per_s:
         return 0.0
-    return slope
+    return rise
 
 
 def _total(records: Sequence[Record], agent: str, key: str) -> int:
@@ -233,7 +233,7 @@ def flow_queues(records: Sequence[Record], feeds: Mapping[str, list[str]]) -> di
     return queued
 
 
-def _slope(points: Sequence[tuple[float, float]]) -> float:
+def slope(points: Sequence[tuple[float, float]]) -> float:
     """The least-squares slope of (t, y) points (0 for fewer than two)."""
     if len(points) < 2:
         return 0.0
