@@ -257,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--no-kafka", action="store_true", help="filters: skip the end-to-end Kafka part"
     )
-    bench.add_argument("--only", default=None, help="latency: one query (filter, join, groupby)")
+    bench.add_argument(
+        "--only", default=None, help="latency: one query (filter, join, groupby, join_ordered)"
+    )
     bench.add_argument("--seconds", type=float, default=10.0, help="latency: paced seconds")
     bench.add_argument(
         "--rate",

@@ -53,17 +53,23 @@ _STREAM = """\
 query.stream({s!r}, topic={prefix!r} + ".{s}", schema=load_schema("reading"), key="sensor_id",
              timestamp="ts", partitions={p})
 """
+#: the 3-way RANGE join, ISTREAM (the inserts of the joined relation, what the latency is of):
+#: eager by default (processors.stages.eager_mjoin)
+_JOIN = (
+    "".join(f'query.window("{s}", range_ms={JOIN_WINDOW_MS})\n' for s in "abc")
+    + 'query.join("a.sensor_id", "b.sensor_id").join("b.sensor_id", "c.sensor_id")\n'
+    + 'query.select(a_ts="a.ts", b_ts="b.ts", c_ts="c.ts").emit("istream")\n'
+)
 QUERIES: dict[str, tuple[str, str]] = {  # name -> (streams, the rest of the query)
     "filter": ("r", 'query.where(col("r.temperature") < 25.0)\n'),
-    "join": (
-        "abc",
-        "".join(f'query.window("{s}", range_ms={JOIN_WINDOW_MS})\n' for s in "abc")
-        + 'query.join("a.sensor_id", "b.sensor_id").join("b.sensor_id", "c.sensor_id")\n'
-        + 'query.select(a_ts="a.ts", b_ts="b.ts", c_ts="c.ts")\n',
-    ),
+    "join": ("abc", _JOIN),
     "groupby": ("r", 'query.group_by("r.site").aggregate(n="count", newest=("max", "r.ts"))\n'),
+    # the same join in event-time order (Query.join_output("ordered")): with --only only
+    "join_ordered": ("abc", _JOIN + 'query.join_output("ordered")\n'),
 }
-NEWEST = {"filter": ("ts",), "join": ("a_ts", "b_ts", "c_ts"), "groupby": ("newest",)}
+DEFAULT_KINDS = ("filter", "join", "groupby")
+NEWEST = {"filter": ("ts",), "join": ("a_ts", "b_ts", "c_ts"), "groupby": ("newest",),
+          "join_ordered": ("a_ts", "b_ts", "c_ts")}  # fmt: skip
 
 
 def _say(text: str) -> None:
@@ -287,8 +293,9 @@ def run_latency_bench(
     rate: float | None = None,
     spread: bool = False,
 ) -> dict[str, Any]:
-    """Every query of QUERIES (or ``only`` one), offered ``rate`` records/s (default: half the
-    measured capacity) for ``seconds``; ``spread``: every tick on every input partition."""
+    """The filter, the join and the GROUP BY (or ``only`` one of QUERIES), offered ``rate``
+    records/s (default: half the measured capacity) for ``seconds``; ``spread``: every tick on
+    every input partition."""
     if only is not None and only not in QUERIES:
         raise ValueError(f"--only: one of {sorted(QUERIES)}, not {only!r}")
     settings = load_settings()
@@ -297,7 +304,7 @@ def run_latency_bench(
     state.mkdir(parents=True, exist_ok=True)
     _say(f"broker {bootstrap}")
     results: dict[str, Any] = {}
-    kinds = [only] if only else list(QUERIES)
+    kinds = [only] if only else list(DEFAULT_KINDS)
     for kind in kinds:
         figures = run_one(bootstrap, state, kind, backlog, seconds, rate, spread)
         results[kind] = figures

@@ -176,6 +176,8 @@ AggregateFunc = Literal["count", "sum", "avg", "min", "max"]
 AGGREGATE_FUNCS: tuple[str, ...] = get_args(AggregateFunc)
 #: CQL's relation-to-stream operators a query may ask for (Query.emit); RSTREAM is not one
 STREAM_OPS = ("istream", "dstream")
+#: how a join writes its results (Query.join_output)
+JOIN_OUTPUTS: tuple[str, ...] = ("eager", "ordered")
 #: processing guarantees a query may ask for (Query.processing_guarantee)
 GUARANTEES: tuple[str, ...] = ("at_least_once", "exactly_once")
 
@@ -286,6 +288,9 @@ class LogicalPlan:
     join_tree: JoinTree | None = None
     #: shed load to keep the output latency (Query.shed); None: never drop a record
     shedding: ShedConfig | None = None
+    #: "eager": an ISTREAM join of RANGE windows writes each result as its last tuple arrives
+    #: (processors.stages.eager_mjoin); "ordered": in event-time order (Query.join_output)
+    join_output: str = "eager"
 
     def stream(self, name: str) -> StreamSpec:
         return next(s for s in self.streams if s.name == name)
@@ -307,6 +312,25 @@ class LogicalPlan:
     def scheduling_config(self) -> SchedulingConfig:
         """The scheduling settings in effect: ``scheduling`` or the defaults (Chain)."""
         return self.scheduling if self.scheduling is not None else SchedulingConfig()
+
+    @property
+    def eager_join(self) -> bool:
+        """Whether the join runs eager: asked for (the default), and a shape whose results do
+        not depend on processing order, i.e. the inserts (ISTREAM) of a join of RANGE windows
+        with no GROUP BY after it and no join tree."""
+        return (
+            self.join_output == "eager"
+            and len(self.streams) > 1
+            and self.stream_op == "istream"
+            and not self.aggregates
+            and self.join_tree is None
+            and all(
+                s.name in self.windows
+                and self.windows[s.name].kind == "range"
+                and not self.windows[s.name].partition_by
+                for s in self.streams
+            )
+        )
 
     @property
     def is_passthrough(self) -> bool:
@@ -365,6 +389,7 @@ class LogicalPlan:
             "stream_op": self.stream_op,
             "join_tree": None if self.join_tree is None else tree_text(self.join_tree),
             "shedding": None if self.shedding is None else self.shedding.to_json(),
+            "join_output": "eager" if self.eager_join else "ordered",
             "join_key": None if self.join_key is None else [str(c) for c in self.join_key],
             "output": {
                 "topic": self.result_topic,

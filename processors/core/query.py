@@ -102,6 +102,7 @@ class Query(QuerySettings):
         self._stream_op: str | None = None
         self._join_tree: JoinTree | None = None
         self._shedding: ShedConfig | None = None
+        self._join_output = "eager"
 
     @classmethod
     def from_cql(cls, text: str, catalog: str | None = None, name: str = "query") -> Query:
@@ -382,6 +383,7 @@ class Query(QuerySettings):
             stream_op=self._stream_op,
             join_tree=self._join_tree,
             shedding=self._shedding,
+            join_output=self._join_output,
         )
 
     def _checked_operators(

@@ -8,7 +8,7 @@ from typing import Any, Self
 
 from processors.core.join_tree import JoinTree, JoinTreeError, parse_join_tree
 from processors.core.ordering.config import OrderingConfig, OrderingConfigError
-from processors.core.plan import GUARANTEES, QueryError, ShedConfig
+from processors.core.plan import GUARANTEES, JOIN_OUTPUTS, QueryError, ShedConfig
 from processors.core.scheduling.config import SchedulingConfig, SchedulingConfigError
 from processors.core.validation import check_ordering_type
 
@@ -24,6 +24,7 @@ class QuerySettings:
     _guarantee: str
     _join_tree: JoinTree | None
     _shedding: ShedConfig | None
+    _join_output: str
 
     def lateness(self, ms: int) -> Self:
         """How late (in event time) a tuple may arrive and still enter its window in order."""
@@ -134,4 +135,15 @@ class QuerySettings:
             ):
                 raise QueryError(f"shed(): {name} must be a number in [{low}, 1], got {value!r}")
         self._shedding = ShedConfig(max_latency_ms, float(min_keep), float(target_utilization))
+        return self
+
+    def join_output(self, mode: str) -> Self:
+        """When a join writes its results: ``"eager"`` (default) writes each result of an
+        ISTREAM join of RANGE windows as soon as its last tuple arrives, in arrival order;
+        ``"ordered"`` writes them in event-time order, once every input partition has passed
+        their time (the STREAM papers' processing; every other join shape is ordered anyway).
+        The results are the same (docs/windows-and-joins.md, "Eager joins")."""
+        if mode not in JOIN_OUTPUTS:
+            raise QueryError(f"join_output(): {mode!r} is not one of {', '.join(JOIN_OUTPUTS)}")
+        self._join_output = mode
         return self

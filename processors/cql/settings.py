@@ -1,7 +1,7 @@
 """``CREATE QUERY name ... WITH (setting = value, ...)``: how the query runs, as Query settings.
 
     WITH (idle_timeout_ms = 1000, lateness_ms = 0, memory_limit_mb = 512,
-          processing_guarantee = 'exactly_once', join_tree = '(a, b), c',
+          processing_guarantee = 'exactly_once', join_tree = '(a, b), c', join_output = 'ordered',
           max_latency = '500 ms', min_keep = 0.05, target_utilization = 0.8,
           adapt = 'agreedy', adapt_profile_probability = 0.2, adapt_window_tuples = 200,
           schedule = 'chain-flush', schedule_latency_ms = 50)
@@ -28,6 +28,7 @@ PLAIN = {
     "memory_limit_mb": "memory_limit",
     "processing_guarantee": "processing_guarantee",
     "join_tree": "join_tree",
+    "join_output": "join_output",
 }
 #: shedding's settings, as Query.shed takes them (max_latency is a duration: '500 ms')
 SHED_SETTINGS = ("max_latency", "min_keep", "target_utilization")

@@ -111,6 +111,8 @@ class StageChain:
         self._told_idle = False
         wm = self.progress()
         shown = int(outputs[-1].ts[-1]) if outputs and len(outputs[-1]) else None
+        if self.stages and getattr(self.stages[0], "eager", False):  # arrival order: no time
+            shown = None
         if wm is None or wm <= self._told_wm or (shown is not None and shown >= wm):
             return None
         self._told_wm = wm

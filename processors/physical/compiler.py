@@ -91,7 +91,7 @@ def _stream_nodes(plan: LogicalPlan, stream: str, finish: bool) -> tuple[StageNo
     nodes = [StageNode("merge", stream)]
     if plan.filters_on(stream, "below_window"):
         nodes.append(StageNode("filter", stream, "below_window"))
-    if stream in plan.windows:
+    if stream in plan.windows and not plan.eager_join:
         nodes.append(StageNode("window", stream))
     elif len(plan.streams) > 1:
         nodes.append(StageNode("row_ids", stream))

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from processors.core.batch import null_column
+from processors.core.expressions import refs
 from processors.core.joins.graph import Side
 from processors.core.partitioning import partitioning
 from processors.core.plan import LogicalPlan, OperatorNode, QueryError
@@ -15,6 +17,7 @@ from processors.core.predicates import plan_predicates
 from processors.physical.steps import StageNode
 from processors.stages.aggregate_stage import Aggregate, AggregateStage
 from processors.stages.base import PassThroughStage, Stage
+from processors.stages.eager_mjoin import EagerMJoinStage
 from processors.stages.filter_stage import FilterStage
 from processors.stages.join_tree_stage import JoinTreeStage
 from processors.stages.merge_stage import MergeStage
@@ -63,7 +66,7 @@ def _merge(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     routed = part.routes[node.stream] is not None and part.streams[node.stream] > 1
     name = f"merge.{node.stream}[{partition}]"
     return MergeStage(sources, plan.lateness_ms, name, drives_time=routed or sources > 1,
-                      idle_timeout_ms=plan.idle_timeout_ms)  # fmt: skip
+                      idle_timeout_ms=plan.idle_timeout_ms, eager=plan.eager_join)  # fmt: skip
 
 
 def _window(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
@@ -88,10 +91,23 @@ def _join_inputs(plan: LogicalPlan) -> tuple[list[str], list[tuple[Side, Side]]]
 def _mjoin(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     names, predicates = _join_inputs(plan)
     config = plan.ordering_config
+    if plan.eager_join:
+        return EagerMJoinStage(
+            names, predicates, [plan.windows[n].size for n in names], plan.lateness_ms,
+            config.with_(seed=config.seed + partition), name=f"mjoin[{partition}]",
+            idle_timeout_ms=plan.idle_timeout_ms, result_columns=_projected(plan),
+        )  # fmt: skip
     return MJoinStage(
         names, predicates, config.with_(seed=config.seed + partition), name=f"mjoin[{partition}]",
         idle_timeout_ms=plan.idle_timeout_ms,
     )  # fmt: skip
+
+
+def _projected(plan: LogicalPlan) -> set[str]:
+    """The joined relation's columns the projection reads (with their null companions)."""
+    sources = [r for c in plan.output for r in ([c.source] if c.expr is None else refs(c.expr))]
+    names = {joined_name(plan, r.stream, r.field) for r in sources}
+    return names | {null_column(n) for n in names}
 
 
 def _join_tree(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:

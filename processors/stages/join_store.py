@@ -18,6 +18,8 @@ from processors.kernels.gather import gather_spans, hash_var
 from processors.kernels.multimap import MultiMap
 
 ALIVE = np.iinfo(np.int64).max  # ``died`` of a tuple still in the window
+#: an eager join's stored copy of each tuple's event time (processors.stages.eager_mjoin)
+EVENT_TIME = "__ts"
 
 
 def join_keys(col: Column, what: str) -> np.ndarray:

@@ -83,6 +83,7 @@ class MergeStage(StageBase):
         name: str = "merge",
         drives_time: bool | None = None,
         idle_timeout_ms: int = 3_000,
+        eager: bool = False,
     ) -> None:
         if sources < 1:
             raise ValueError(f"{name}: sources must be >= 1, got {sources}")
@@ -94,6 +95,9 @@ class MergeStage(StageBase):
         #: move time on, exactly as in the single-partition semantics.
         self.drives_time = sources > 1 if drives_time is None else drives_time
         self.lateness_ms = int(lateness_ms)
+        #: pass tuples on as they come, only tracking the merged watermark: for an eager join,
+        #: which needs no order (:mod:`processors.stages.eager_mjoin`)
+        self.eager = bool(eager)
         self._high = np.full(self.sources, _NO_TS, np.int64)
         self._idleness = Idleness(self.sources, idle_timeout_ms)
         self._queues: list[list[Batch]] = [[] for _ in range(self.sources)]
@@ -126,13 +130,28 @@ class MergeStage(StageBase):
         held_before = bool(self._queues[src])
         if len(batch):
             high = max(high, int(batch.ts.max()))
-            self._queues[src].append(batch)
+            if not self.eager:
+                self._queues[src].append(batch)
             self.tuples_in += len(batch)
         self._high[src] = max(int(self._high[src]), high)
         self._idleness.saw(src, batch)
+        if self.eager:
+            return self._pass_on(batch)
         if self._nothing_due(batch, held_before):
             return []
         return self._release()
+
+    def _pass_on(self, batch: Batch) -> list[Batch]:
+        """Eager: the batch as it came; the merged watermark moves on all the same."""
+        limit = self.watermark()
+        if limit != _ALL:
+            self.released = max(self.released, limit)
+        if not len(batch):
+            return []
+        self.tuples_out += len(batch)
+        batch.meta.pop(SOURCE, None)
+        batch.meta.pop(WATERMARK, None)
+        return [batch]
 
     def _nothing_due(self, batch: Batch, held_before: bool) -> bool:
         """Whether a release now would release nothing, so that it can be skipped (it

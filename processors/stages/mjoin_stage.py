@@ -121,32 +121,19 @@ class MJoinStage(StageBase):
         try:
             return self.names.index(stream)
         except ValueError:
-            raise ValueError(
-                f"{self.name}: no join input named {stream!r} ({self.names})"
-            ) from None
+            raise ValueError(f"{self.name}: no join input {stream!r} ({self.names})") from None
 
     def push(self, i: int, batch: Batch) -> None:
         """Buffer a delta batch of input ``i`` (timestamps must not go back)."""
         if len(batch) == 0:
             return
-        if ROW_ID not in batch.columns:
-            raise ValueError(f"{self.name}: input {self.names[i]} has no {ROW_ID} column")
         ts = batch.ts
         if len(ts) > 1 and bool((np.diff(ts) < 0).any()):
             raise ValueError(
                 f"{self.name}: input {self.names[i]} goes back in time (deltas must come in "
                 "timestamp order per input)"
             )
-        cols = [c for c in batch.columns if c != ROW_ID]
-        if self._columns[i] is None:
-            for c in self.stores[i].key_columns:
-                if c not in batch.columns:
-                    raise ValueError(f"{self.name}: input {self.names[i]} has no column {c!r}")
-                join_keys(batch.columns[c], f"{self.names[i]}.{c}")
-            self._columns[i] = cols
-            self.stores[i].declare_columns(batch)
-        elif cols != self._columns[i]:
-            raise ValueError(f"{self.name}: input {self.names[i]} changed its columns to {cols}")
+        self._check_input(i, batch)
         behind = int(np.searchsorted(ts, self._shown[i], side="left"))
         if behind:  # replayed after a crash, or late after an idle spell: not joined again
             self.dead_letters.append(
@@ -161,6 +148,21 @@ class MJoinStage(StageBase):
         self._buffers[i].append(batch)
         self._shown[i] = int(ts[-1])
         self.deltas_in[i] += len(batch)
+
+    def _check_input(self, i: int, batch: Batch) -> None:
+        """Row ids and join keys present; the first batch fixes the input's columns."""
+        if ROW_ID not in batch.columns:
+            raise ValueError(f"{self.name}: input {self.names[i]} has no {ROW_ID} column")
+        cols = [c for c in batch.columns if c != ROW_ID]
+        if self._columns[i] is None:
+            for c in self.stores[i].key_columns:
+                if c not in batch.columns:
+                    raise ValueError(f"{self.name}: input {self.names[i]} has no column {c!r}")
+                join_keys(batch.columns[c], f"{self.names[i]}.{c}")
+            self._columns[i] = cols
+            self.stores[i].declare_columns(batch)
+        elif cols != self._columns[i]:
+            raise ValueError(f"{self.name}: input {self.names[i]} changed its columns to {cols}")
 
     def advance(self, i: int, ts: int) -> None:
         """Input ``i`` promises no delta earlier than ``ts`` (a watermark for an idle input)."""

@@ -33,6 +33,7 @@ from processors.core.ordering.reoptimizers import make_reoptimizer
 from processors.core.state_codec import SnapshotError
 from processors.stages.idleness import Idleness
 from processors.stages.join_store import (
+    EVENT_TIME,
     decode_column,
     decode_int64,
     encode_column,
@@ -127,7 +128,7 @@ def _load(stage: MJoinStage, tree: dict[str, Any]) -> None:
         for i, t in enumerate(_per_input(tree, "stores", n))
     ]
     for i, (cols, store) in enumerate(zip(columns, stores, strict=True)):
-        if list(store.columns) != (cols or []):
+        if [c for c in store.columns if c != EVENT_TIME] != (cols or []):
             raise ValueError(f"{stage.names[i]}: window columns {list(store.columns)}, not {cols}")
     buffers = [
         [] if b is None else [_load_batch(b, f"buffer of {stage.names[i]}")]

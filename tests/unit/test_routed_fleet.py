@@ -46,10 +46,12 @@ def stream_order(s: dict) -> np.ndarray:
 END = 1_000  # event time of the closing records, after every other
 
 
-def feed(fleet: FleetRunner, streams: dict[str, dict], rng: np.random.Generator) -> None:
+def feed(
+    fleet: FleetRunner, streams: dict[str, dict], rng: np.random.Generator, close: bool = True
+) -> None:
     """Every (stream, input partition) read in random chunks, in a random interleaving, then
-    one closing record (key 99, time END) on every input partition, as a user would send to
-    move time on everywhere."""
+    (``close``) one closing record (key 99, time END) on every input partition, as a user
+    would send to move time on everywhere."""
     queues = {}
     for name, s in streams.items():
         for p in range(s["parts"]):
@@ -67,6 +69,8 @@ def feed(fleet: FleetRunner, streams: dict[str, dict], rng: np.random.Generator)
         fleet.push(key[0], key[1], batch)
         if queues[key][1] >= len(rows):
             live.remove(key)
+    if not close:
+        return
     for name, s in streams.items():
         for p in range(s["parts"]):
             one = {c: np.array([99], np.int64) for c in "abc"} | {"ts": np.array([END])}

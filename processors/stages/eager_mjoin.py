@@ -1,0 +1,222 @@
+"""EagerMJoinStage: an MJoin over RANGE windows that outputs each result as soon as its last
+tuple arrives, instead of once every input has passed the result's time.
+
+The ordered MJoin (:mod:`processors.stages.mjoin_stage`) processes deltas in event-time order,
+so it must hold each one until every input partition of every input has shown a later time:
+a result waits for the slowest of them (12 input partitions per join partition in
+``streamon bench latency``), and the window deltas wait in the event-time merge before that.
+For the inserts of a RANGE join (ISTREAM) the order is not needed. A combination of one tuple
+per input is a result exactly when, at the time of its newest tuple, every other tuple is still
+in its window: ``newest.ts - x.ts < range(x)``, and at ``== range(x)`` when x's input comes
+after the newest's in the query (the ordered MJoin's ``(ts, input)`` tie rule, since x's window
+delete carries ``x.ts + range(x)``). That condition does not depend on arrival order, so:
+
+- each tuple is joined as it arrives with every tuple that arrived before it (sequence numbers
+  in arrival order, the same probe kernels, every probe binding), and the combinations are
+  checked against the condition above; so each result comes out once, when its last tuple
+  arrives, with the newest tuple's time as its timestamp (as the ordered MJoin would give it);
+- no window deletes: a stored tuple is purged once no tuple still to come can pair with it,
+  i.e. its ``ts + range`` is below every waited-for input's watermark less the lateness (the
+  watermarks come from the streams' chains, whose merges pass tuples on unordered:
+  ``MergeStage(eager=True)``);
+- a tuple older than what was purged of another input could miss partners: it is late, and
+  goes to the dead letters with the reason (never joined in part).
+
+The results are the ordered MJoin's inserts, as a multiset; only their order differs (arrival
+order, not event time). Babu et al. adapt the drop-probing order the same way: A-Greedy over
+each pipeline (Section 8). ``Query.join_output("ordered")`` keeps the ordered MJoin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import numpy as np
+
+from processors.core.batch import Batch, Column, VarColumn
+from processors.core.joins.graph import Pipeline, Side
+from processors.core.ordering.config import OrderingConfig
+from processors.core.state_codec import SnapshotError
+from processors.stages.join_store import EVENT_TIME
+from processors.stages.mjoin_stage import MJoinStage, _Run, wall_ms
+
+NO_TS = np.iinfo(np.int64).min
+
+
+class EagerMJoinStage(MJoinStage):
+    """The MJoin of RANGE windows ``ranges_ms`` (one per input), eager (module docstring)."""
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        predicates: Sequence[tuple[Side, Side]],
+        ranges_ms: Sequence[int],
+        lateness_ms: int = 0,
+        config: OrderingConfig | None = None,
+        name: str = "mjoin",
+        clock_ms: Callable[[], int] = wall_ms,
+        idle_timeout_ms: int = 3_000,
+        result_columns: Collection[str] | None = None,
+    ) -> None:
+        super().__init__(names, predicates, config, name, clock_ms, idle_timeout_ms)
+        #: the result columns (``input.column``) the projection reads; None: every one. The
+        #: others are not gathered (with string columns, most of a result's cost)
+        self.result_columns = None if result_columns is None else frozenset(result_columns)
+        if len(ranges_ms) != self.n or any(int(r) <= 0 for r in ranges_ms):
+            raise ValueError(f"{name}: one positive RANGE per input expected, got {ranges_ms}")
+        self.ranges = np.asarray(ranges_ms, np.int64)
+        self.lateness_ms = int(lateness_ms)
+        #: per input: every stored tuple with ``ts + range < purged_below`` is gone
+        self.purged_below = [NO_TS] * self.n
+        self.late_total = 0
+        self.purged_total = 0
+
+    # -- input --------------------------------------------------------------------------------
+    def push(self, i: int, batch: Batch) -> None:
+        """Buffer input ``i``'s tuples in any time order; late ones to the dead letters."""
+        if len(batch) == 0:
+            return
+        self._check_input(i, batch)
+        others = [b for j, b in enumerate(self.purged_below) if j != i]
+        below = max(others) if others else NO_TS
+        late = batch.ts < below
+        if late.any():
+            self.late_total += int(late.sum())
+            self.dead_letters.append(
+                (batch.filter(late), f"{self.name}: tuples of {self.names[i]} older than "
+                 f"{below}, the time the other inputs' windows were cleared up to (late)")
+            )  # fmt: skip
+            batch = batch.filter(~late)
+            if not len(batch):
+                return
+        batch.columns[EVENT_TIME] = np.asarray(batch.ts, np.int64)
+        self._buffers[i].append(batch)
+        self.deltas_in[i] += len(batch)
+
+    def release(self, final: bool = False) -> list[Batch]:
+        """Join everything buffered, in arrival order; then purge what no tuple can reach."""
+        parts = [self._take_released(i, None) for i in range(self.n)]
+        out: list[Batch] = []
+        if any(p is not None for p in parts):
+            sizes = [0 if p is None else len(p) for p in parts]
+            gen = self._next_gen + np.arange(sum(sizes), dtype=np.int64)
+            self._next_gen += len(gen)
+            bounds = np.cumsum([0, *sizes])
+            results = self._join_epoch(
+                parts, [gen[bounds[i] : bounds[i + 1]] for i in range(self.n)]
+            )
+            out = [self._assemble(results)] if results else []
+        self._purge()
+        return out
+
+    # -- the window condition -----------------------------------------------------------------
+    def _probe(
+        self, pipe: Pipeline, delta: Batch, gen: np.ndarray, run: _Run, e: int, bind: bool = False
+    ) -> None:
+        """Every probe binds (an existence probe cannot see the window condition); then the
+        combinations so far that no later tuple can make valid are dropped."""
+        super()._probe(pipe, delta, gen, run, e, bind=True)
+        if len(run.origin):
+            keep = self._in_window(pipe, delta, run)
+            if not keep.all():
+                run.keep(keep)
+
+    def _members(self, pipe: Pipeline, delta: Batch, run: _Run) -> list[tuple[int, np.ndarray]]:
+        """(input, event times) of every tuple bound in each combination so far."""
+        members = [(pipe.root, np.asarray(delta.ts, np.int64)[run.origin])]
+        for e, slots in run.bound.items():
+            store = self.stores[pipe.inputs[e]]
+            members.append((pipe.inputs[e], store.columns[EVENT_TIME][slots]))  # type: ignore[index]
+        return members
+
+    @staticmethod
+    def _newest(members: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """Per combination, the newest tuple by ``(ts, input)``: its time and its input."""
+        newest = members[0][1].copy()
+        for _, ts in members[1:]:
+            np.maximum(newest, ts, out=newest)
+        which = np.full(len(newest), -1, np.int64)
+        for inp, ts in sorted(members, key=lambda m: m[0]):
+            which[ts == newest] = inp
+        return newest, which
+
+    def _in_window(self, pipe: Pipeline, delta: Batch, run: _Run) -> np.ndarray:
+        """Combinations that are (or, partly bound, may still become) results."""
+        members = self._members(pipe, delta, run)
+        newest, which = self._newest(members)
+        complete = len(run.bound) == pipe.size
+        keep = np.ones(len(newest), np.bool_)
+        for inp, ts in members:
+            age = newest - ts
+            size = int(self.ranges[inp])
+            if complete:
+                keep &= (age < size) | ((age == size) & (inp > which))
+            else:  # a newer tuple still to bind only makes ages larger
+                keep &= age <= size
+        return keep
+
+    def _results(self, pipe: Pipeline, delta: Batch, run: _Run) -> Batch:
+        """The combinations' columns the projection reads, stamped with the newest tuple's
+        time (as the ordered MJoin stamps them)."""
+        newest, _ = self._newest(self._members(pipe, delta, run))
+        entity = {inp: e for e, inp in enumerate(pipe.inputs)}
+        wanted = self.result_columns
+        cols: dict[str, Column] = {}
+        for j in range(self.n):
+            for c in self._columns[j] or []:
+                name = f"{self.names[j]}.{c}"
+                if wanted is not None and name not in wanted:
+                    continue
+                if j == pipe.root:
+                    col = delta.columns[c]
+                    cols[name] = (
+                        col.take(run.origin) if isinstance(col, VarColumn) else col[run.origin]
+                    )
+                else:
+                    cols[name] = self.stores[j].take(c, run.bound[entity[j]])
+        return Batch(cols, delta.sign[run.origin], newest)
+
+    # -- purging ------------------------------------------------------------------------------
+    def _purge(self) -> None:
+        """Remove the stored tuples no tuple still to come can pair with (module docstring).
+        A store is swept once its horizon moved a quarter of its range: keeping a tuple a
+        little longer changes no result (the window condition is checked on every one)."""
+        idle = self.idleness.idle.tolist()
+        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
+        if not waited or min(waited) == NO_TS:
+            return
+        horizon = min(waited) - self.lateness_ms
+        for i, store in enumerate(self.stores):
+            size = int(self.ranges[i])
+            if horizon - self.purged_below[i] < max(1, size // 4) or not len(store):
+                continue
+            live = store.live_slots()
+            ts = store.columns[EVENT_TIME][live]  # type: ignore[index]
+            gone = live[ts + size < horizon]
+            self.purged_below[i] = horizon
+            if len(gone):
+                store.died[gone] = 0
+                store.dying.append(gone)
+                self.purged_total += store.remove_dying()
+
+    # -- reporting and state ------------------------------------------------------------------
+    def waiting_bytes(self) -> dict[str, int]:
+        return {}  # nothing waits for another input
+
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out.update(output="eager", late_total=self.late_total, purged_total=self.purged_total)
+        return out
+
+    def state(self) -> dict[str, Any]:
+        tree = super().state()
+        tree["purged_below"] = np.array(self.purged_below, np.int64)
+        return tree
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        purged = np.asarray(state.get("purged_below", [NO_TS] * self.n), np.int64)
+        if purged.shape != (self.n,):
+            raise SnapshotError(f"{self.name}: purged_below of {purged.shape}, not ({self.n},)")
+        super().load_state(state)
+        self.purged_below = [int(p) for p in purged]
