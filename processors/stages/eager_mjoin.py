@@ -202,7 +202,24 @@ class EagerMJoinStage(MJoinStage):
 
     # -- reporting and state ------------------------------------------------------------------
     def waiting_bytes(self) -> dict[str, int]:
-        return {}  # nothing waits for another input
+        """Of each input ahead of the least watermark waited for, the part of its window
+        newer than that watermark: what purging keeps while the slowest input catches up (the
+        ordered join would hold it as waiting deltas), so pausing those inputs bounds it
+        (processors.runtime.backpressure). The slowest input is never listed."""
+        idle = self.idleness.idle.tolist()
+        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
+        if not waited:
+            return {}
+        low = min(waited)
+        out: dict[str, int] = {}
+        for i, store in enumerate(self.stores):
+            if self._shown[i] <= low or not len(store):
+                continue
+            live = store.live_slots()
+            ahead = int(np.count_nonzero(store.columns[EVENT_TIME][live] > low))  # type: ignore[index]
+            if ahead:
+                out[self.names[i]] = store.nbytes * ahead // len(live)
+        return out
 
     def stats(self) -> dict[str, Any]:
         out = super().stats()

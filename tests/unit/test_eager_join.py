@@ -156,7 +156,19 @@ def test_purged_windows_stay_small_and_older_tuples_are_late() -> None:
     _marked(stage, 0, _delta([3], [500], 5_000))
     ((late, why),) = stage.take_dead_letters()
     assert late.ts.tolist() == [500] and "late" in why
-    assert stage.waiting_bytes() == {}
+    assert stage.waiting_bytes() == {}  # level in time: nothing a pause would shrink
+
+
+def test_an_input_ahead_of_the_slowest_is_what_a_pause_would_bound() -> None:
+    stage = _stage([10, 10])
+    _marked(stage, 1, _delta([1], [0]), wm=0)
+    for t in range(0, 500, 5):
+        _marked(stage, 0, _delta([2], [t], t), wm=t)
+    waiting = stage.waiting_bytes()
+    assert list(waiting) == ["a"] and 0 < waiting["a"] <= stage.stores[0].nbytes
+    assert len(stage.stores[0]) == 100  # b's watermark holds purging back
+    _marked(stage, 1, _delta([1], [495], 1), wm=495)
+    assert stage.waiting_bytes() == {} and len(stage.stores[0]) <= 10
 
 
 def test_an_idle_input_does_not_hold_purging_back() -> None:
