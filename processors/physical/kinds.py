@@ -93,7 +93,7 @@ def _mjoin(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     config = plan.ordering_config
     if plan.eager_join:
         return EagerMJoinStage(
-            names, predicates, [plan.windows[n].size for n in names], plan.lateness_ms,
+            names, predicates, [plan.windows[n].size for n in names],
             config.with_(seed=config.seed + partition), name=f"mjoin[{partition}]",
             idle_timeout_ms=plan.idle_timeout_ms, result_columns=_projected(plan),
         )  # fmt: skip

@@ -16,8 +16,8 @@ delete carries ``x.ts + range(x)``). That condition does not depend on arrival o
   checked against the condition above; so each result comes out once, when its last tuple
   arrives, with the newest tuple's time as its timestamp (as the ordered MJoin would give it);
 - no window deletes: a stored tuple is purged once no tuple still to come can pair with it,
-  i.e. its ``ts + range`` is below every waited-for input's watermark less the lateness (the
-  watermarks come from the streams' chains, whose merges pass tuples on unordered:
+  i.e. its ``ts + range`` is below every waited-for input's watermark (the streams' chains
+  send them, their lateness allowed for, from merges that pass tuples on unordered:
   ``MergeStage(eager=True)``);
 - a tuple older than what was purged of another input could miss partners: it is late, and
   goes to the dead letters with the reason (never joined in part).
@@ -34,12 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.batch import Batch, Column, VarColumn
+from processors.core.batch import INSERT, Batch, Column, VarColumn
 from processors.core.joins.graph import Pipeline, Side
 from processors.core.ordering.config import OrderingConfig
 from processors.core.state_codec import SnapshotError
 from processors.stages.join_store import EVENT_TIME
 from processors.stages.mjoin_stage import MJoinStage, _Run, wall_ms
+from processors.stages.window_stage import NOT_APPEND_ONLY
 
 NO_TS = np.iinfo(np.int64).min
 
@@ -52,7 +53,6 @@ class EagerMJoinStage(MJoinStage):
         names: Sequence[str],
         predicates: Sequence[tuple[Side, Side]],
         ranges_ms: Sequence[int],
-        lateness_ms: int = 0,
         config: OrderingConfig | None = None,
         name: str = "mjoin",
         clock_ms: Callable[[], int] = wall_ms,
@@ -66,7 +66,6 @@ class EagerMJoinStage(MJoinStage):
         if len(ranges_ms) != self.n or any(int(r) <= 0 for r in ranges_ms):
             raise ValueError(f"{name}: one positive RANGE per input expected, got {ranges_ms}")
         self.ranges = np.asarray(ranges_ms, np.int64)
-        self.lateness_ms = int(lateness_ms)
         #: per input: every stored tuple with ``ts + range < purged_below`` is gone
         self.purged_below = [NO_TS] * self.n
         self.late_total = 0
@@ -74,10 +73,16 @@ class EagerMJoinStage(MJoinStage):
 
     # -- input --------------------------------------------------------------------------------
     def push(self, i: int, batch: Batch) -> None:
-        """Buffer input ``i``'s tuples in any time order; late ones to the dead letters."""
+        """Buffer input ``i``'s tuples in any time order; late ones, and any that is not an
+        insert (a window's input is append-only), to the dead letters."""
         if len(batch) == 0:
             return
         self._check_input(i, batch)
+        if bool((batch.sign != INSERT).any()):
+            self.dead_letters.append((batch.filter(batch.sign != INSERT), NOT_APPEND_ONLY))
+            batch = batch.filter(batch.sign == INSERT)
+            if not len(batch):
+                return
         others = [b for j, b in enumerate(self.purged_below) if j != i]
         below = max(others) if others else NO_TS
         late = batch.ts < below
@@ -90,8 +95,8 @@ class EagerMJoinStage(MJoinStage):
             batch = batch.filter(~late)
             if not len(batch):
                 return
-        batch.columns[EVENT_TIME] = np.asarray(batch.ts, np.int64)
-        self._buffers[i].append(batch)
+        columns = {**batch.columns, EVENT_TIME: np.asarray(batch.ts, np.int64)}
+        self._buffers[i].append(Batch(columns, batch.sign, batch.ts, batch.key, dict(batch.meta)))
         self.deltas_in[i] += len(batch)
 
     def release(self, final: bool = False) -> list[Batch]:
@@ -186,7 +191,7 @@ class EagerMJoinStage(MJoinStage):
         waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
         if not waited or min(waited) == NO_TS:
             return
-        horizon = min(waited) - self.lateness_ms
+        horizon = min(waited)  # the streams' watermarks already allow for their lateness
         for i, store in enumerate(self.stores):
             size = int(self.ranges[i])
             if horizon - self.purged_below[i] < max(1, size // 4) or not len(store):

@@ -32,8 +32,10 @@ SCHEMA = {
 }
 
 
-def range_query(parts: dict[str, int], sizes: dict[str, int], mode: str = "eager") -> Query:
-    q = Query("eager")
+def range_query(
+    parts: dict[str, int], sizes: dict[str, int], mode: str = "eager", lateness: int = 0
+) -> Query:
+    q = Query("eager").lateness(lateness)
     for name, p in parts.items():
         q.stream(name, topic=f"in.{name}", schema=SCHEMA, timestamp="ts", partitions=p)
         q.window(name, range_ms=sizes[name])
@@ -79,8 +81,9 @@ def test_eager_results_equal_the_naive_join_and_the_ordered_join(seed: int, n: i
     names = list(streams)
     parts = {m: s["parts"] for m, s in streams.items()}
     got = {}
+    lateness = int(rng.choice([0, 0, 3, 20]))
     for mode in ("eager", "ordered"):
-        plan = range_query(parts, sizes, mode).build()
+        plan = range_query(parts, sizes, mode, lateness).build()
         fleet = FleetRunner(plan)
         joins = [s for c in fleet.chains.values() for s in c.stages]
         assert any(isinstance(s, EagerMJoinStage) for s in joins) == (mode == "eager")
@@ -90,7 +93,22 @@ def test_eager_results_equal_the_naive_join_and_the_ordered_join(seed: int, n: i
         got[mode] = inserts(counted([b for _, b in fleet.results], names))
     expected = expected_inserts(streams, sizes)
     assert got["eager"] == expected, (sum(got["eager"].values()), sum(expected.values()))
-    assert got["ordered"] == expected
+    if lateness == 0:  # see the xfail below
+        assert got["ordered"] == expected
+
+
+@pytest.mark.xfail(strict=True, reason="a known bug of the ordered join, not of the eager one: "
+                   "with lateness over 0 on several input partitions, a RANGE window's delete "
+                   "can reach the MJoin after a later insert of another input")  # fmt: skip
+def test_the_ordered_join_with_lateness_equals_the_naive_join() -> None:
+    rng = np.random.default_rng(0)
+    streams, sizes = _streams(rng, 2)  # s0 RANGE 40, s1 RANGE 1, 3 and 4 input partitions
+    plan = range_query({m: s["parts"] for m, s in streams.items()}, sizes, "ordered", 3)
+    fleet = FleetRunner(plan.build())
+    feed(fleet, streams, np.random.default_rng(0))
+    fleet.flush()
+    got = inserts(counted([b for _, b in fleet.results], list(streams)))
+    assert got == expected_inserts(streams, sizes)  # 2 extra: an s0 tuple past its 40 ms
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -107,8 +125,8 @@ def test_eager_results_come_as_the_last_tuple_arrives(seed: int) -> None:
     )
 
 
-def _stage(sizes: list[int], lateness_ms: int = 0) -> EagerMJoinStage:
-    return EagerMJoinStage(["a", "b"], [((0, "k"), (1, "k"))], sizes, lateness_ms)
+def _stage(sizes: list[int]) -> EagerMJoinStage:
+    return EagerMJoinStage(["a", "b"], [((0, "k"), (1, "k"))], sizes)
 
 
 def _delta(keys: list[int], ts: list[int], first_rid: int = 0) -> Batch:
@@ -157,6 +175,11 @@ def test_purged_windows_stay_small_and_older_tuples_are_late() -> None:
     ((late, why),) = stage.take_dead_letters()
     assert late.ts.tolist() == [500] and "late" in why
     assert stage.waiting_bytes() == {}  # level in time: nothing a pause would shrink
+    deletes = _delta([3], [995], 9_000)
+    deletes = Batch(deletes.columns, -deletes.sign, deletes.ts)
+    _marked(stage, 1, deletes)
+    ((refused, why),) = stage.take_dead_letters()
+    assert len(refused) == 1 and "append-only" in why
 
 
 def test_an_input_ahead_of_the_slowest_is_what_a_pause_would_bound() -> None:
