@@ -265,17 +265,19 @@ class WindowStage(StageBase):
     def advance(self, watermark: int) -> list[Batch]:
         """No later input is below ``watermark``: a RANGE window's tuples whose time is up by
         then leave now (deletes at their expiry time), not at the next tuple of this
-        partition, which may never come when the stream's keys are spread over partitions."""
+        partition, which may never come when the stream's keys are spread over partitions.
+        Buffered tuples at or below it enter first, for the same reason."""
+        entered = self._admit_until(watermark)
         store = self._store
         if self.window.kind != "range" or store is None or not store.live:
-            return []
+            return entered
         if self._buffer is not None and len(self._buffer):
             watermark = min(watermark, int(self._buffer.ts.min()))
         size = int(self.window.size)
         live_ts = store.ts[store.start : store.size]
         k = int(np.searchsorted(live_ts, watermark - size, side="right"))
         if not k:
-            return []
+            return entered
         slots = np.arange(store.start, store.start + k, dtype=np.int64)
         ts = store.ts[slots] + size
         out = self._deltas(store, slots, np.full(k, -1, np.int8), ts)
@@ -283,7 +285,21 @@ class WindowStage(StageBase):
         self.deletes_out += k
         # an arrival below what just left is late: deltas stay in time order
         self._state[1] = max(int(self._state[1]), int(ts[-1]))
-        return [out]
+        return [*entered, out]
+
+    def _admit_until(self, watermark: int) -> list[Batch]:
+        """The lateness buffer's tuples at or below ``watermark`` enter the window: no later
+        input is below it, so their order is final. Left buffered, they would wait for this
+        partition's next tuple, and hold back the expiries behind them (a RANGE window's
+        tuples would then meet later tuples of other inputs that their expiry should have
+        kept them from)."""
+        buffered = self._buffer
+        if buffered is None or not len(buffered) or int(buffered.ts[0]) > watermark:
+            return []
+        k = int(np.searchsorted(buffered.ts, watermark, side="right"))
+        self._buffer = None if k == len(buffered) else buffered.slice(k, len(buffered))
+        self._state[1] = max(int(self._state[1]), int(buffered.ts[k - 1]))
+        return self._enter(buffered.slice(0, k), None, k)
 
     def progress(self, upstream: int) -> int:
         """Tuples in the lateness buffer come out later with their own (older) times, and a

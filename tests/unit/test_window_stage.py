@@ -538,3 +538,17 @@ def test_empty_batches_and_meta() -> None:
     batch.meta["stream"] = "r"
     [out] = stage.process(batch)
     assert out.meta == {"stream": "r"} and out.key is None
+
+
+def test_a_watermark_admits_buffered_tuples_before_it_expires_others() -> None:
+    """With lateness, tuples wait in the buffer for the partition's next tuple; a watermark
+    (no later input below it) lets them in, then expires what its time is up for, deltas in
+    time order. Before, the buffer held both back until the partition's next tuple."""
+    stage = WindowStage(Window("s", "range", 10), lateness_ms=3)
+    rows = [(0, {"k": 1}), (2, {"k": 2}), (5, {"k": 3})]
+    (out,) = stage.process(make_batch(rows, {"k": "long"}))
+    assert out.ts.tolist() == [0, 2]  # 5 waits: max 5 less the lateness 3
+    batches = stage.advance(14)
+    got = [(int(t), int(s)) for b in batches for t, s in zip(b.ts, b.sign, strict=True)]
+    assert got == [(5, 1), (10, -1), (12, -1)]
+    assert stage.progress(14) == 14 and stage._buffer is None
