@@ -30,6 +30,8 @@ sources in order up to the lateness), which the worker forwards downstream so th
 need not wait for data that no key routes to this partition.
 
 With one source (records stay on their input partition), the stage forwards batches unchanged.
+In front of an eager join (``eager=True``, :mod:`processors.stages.eager_mjoin`), which needs
+no order, it forwards every batch as it comes and only keeps the watermarks and idle marks.
 """
 
 from __future__ import annotations
