@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.batch import INSERT, Batch, Column, VarColumn
+from processors.core.batch import INSERT, Batch
 from processors.core.joins.graph import Pipeline, Side
 from processors.core.ordering.config import OrderingConfig
 from processors.core.state_codec import SnapshotError
@@ -60,8 +60,8 @@ class EagerMJoinStage(MJoinStage):
         result_columns: Collection[str] | None = None,
     ) -> None:
         super().__init__(names, predicates, config, name, clock_ms, idle_timeout_ms)
-        #: the result columns (``input.column``) the projection reads; None: every one. The
-        #: others are not gathered (with string columns, most of a result's cost)
+        # only the result columns (``input.column``) the projection reads are gathered (with
+        # string columns the others were most of a result's cost)
         self.result_columns = None if result_columns is None else frozenset(result_columns)
         if len(ranges_ms) != self.n or any(int(r) <= 0 for r in ranges_ms):
             raise ValueError(f"{name}: one positive RANGE per input expected, got {ranges_ms}")
@@ -162,36 +162,20 @@ class EagerMJoinStage(MJoinStage):
         return keep
 
     def _results(self, pipe: Pipeline, delta: Batch, run: _Run) -> Batch:
-        """The combinations' columns the projection reads, stamped with the newest tuple's
-        time (as the ordered MJoin stamps them)."""
+        """The ordered MJoin's results, stamped with the newest tuple's time (as the ordered
+        MJoin stamps them: its producing delta is the newest)."""
+        out = super()._results(pipe, delta, run)
         newest, _ = self._newest(self._members(pipe, delta, run))
-        entity = {inp: e for e, inp in enumerate(pipe.inputs)}
-        wanted = self.result_columns
-        cols: dict[str, Column] = {}
-        for j in range(self.n):
-            for c in self._columns[j] or []:
-                name = f"{self.names[j]}.{c}"
-                if wanted is not None and name not in wanted:
-                    continue
-                if j == pipe.root:
-                    col = delta.columns[c]
-                    cols[name] = (
-                        col.take(run.origin) if isinstance(col, VarColumn) else col[run.origin]
-                    )
-                else:
-                    cols[name] = self.stores[j].take(c, run.bound[entity[j]])
-        return Batch(cols, delta.sign[run.origin], newest)
+        return Batch(out.columns, out.sign, newest)
 
     # -- purging ------------------------------------------------------------------------------
     def _purge(self) -> None:
         """Remove the stored tuples no tuple still to come can pair with (module docstring).
         A store is swept once its horizon moved a quarter of its range: keeping a tuple a
         little longer changes no result (the window condition is checked on every one)."""
-        idle = self.idleness.idle.tolist()
-        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
-        if not waited or min(waited) == NO_TS:
+        horizon = self._least_waited()  # the streams' watermarks allow for their lateness
+        if horizon is None or horizon == NO_TS:
             return
-        horizon = min(waited)  # the streams' watermarks already allow for their lateness
         for i, store in enumerate(self.stores):
             size = int(self.ranges[i])
             if horizon - self.purged_below[i] < max(1, size // 4) or not len(store):
@@ -201,9 +185,7 @@ class EagerMJoinStage(MJoinStage):
             gone = live[ts + size < horizon]
             self.purged_below[i] = horizon
             if len(gone):
-                store.died[gone] = 0
-                store.dying.append(gone)
-                self.purged_total += store.remove_dying()
+                self.purged_total += store.remove(gone)
 
     # -- reporting and state ------------------------------------------------------------------
     def waiting_bytes(self) -> dict[str, int]:
@@ -211,11 +193,9 @@ class EagerMJoinStage(MJoinStage):
         newer than that watermark: what purging keeps while the slowest input catches up (the
         ordered join would hold it as waiting deltas), so pausing those inputs bounds it
         (processors.runtime.backpressure). The slowest input is never listed."""
-        idle = self.idleness.idle.tolist()
-        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
-        if not waited:
+        low = self._least_waited()
+        if low is None:
             return {}
-        low = min(waited)
         out: dict[str, int] = {}
         for i, store in enumerate(self.stores):
             if self._shown[i] <= low or not len(store):

@@ -202,6 +202,11 @@ class WindowStore:
                 arena.compact(live)
         return len(slots)
 
+    def remove(self, slots: np.ndarray) -> int:
+        """Remove these tuples now, not at an epoch's end (an eager join's purge)."""
+        self.dying.append(slots)
+        return self.remove_dying()
+
     def live_slots(self) -> np.ndarray:
         free = np.zeros(self.capacity, np.bool_)
         free[self.free_slots[: self.n_free]] = True

@@ -64,8 +64,7 @@ class _Run:
         self.bound = {e: s[mask_or_index] for e, s in self.bound.items()}
 
     def alive_rows(self) -> int:
-        o = self.origin
-        return 0 if len(o) == 0 else int(np.count_nonzero(np.diff(o))) + 1
+        return int(np.count_nonzero(np.diff(self.origin))) + 1 if len(self.origin) else 0
 
 
 class MJoinStage(StageBase):
@@ -115,6 +114,7 @@ class MJoinStage(StageBase):
         self.probes = [np.zeros(p.size, np.int64) for p in self.pipelines]
         self._entity_names = [[self.names[inp] for inp in p.inputs] for p in self.pipelines]
         self.plan_changes = PlanChanges(name, "join order", log)
+        self.result_columns: frozenset[str] | None = None  # None: every input column
 
     # -- input --------------------------------------------------------------------------------
     def input_index(self, stream: str) -> int:
@@ -194,12 +194,8 @@ class MJoinStage(StageBase):
     # -- epochs -------------------------------------------------------------------------------
     def release(self, final: bool = False) -> list[Batch]:
         """Join every buffered delta that no input can still precede."""
-        idle = self.idleness.idle.tolist()
-        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
-        low = None if final or not waited else min(waited)
-        parts: list[Batch | None] = []
-        for i in range(self.n):
-            parts.append(self._take_released(i, low))
+        low = None if final else self._least_waited()
+        parts = [self._take_released(i, low) for i in range(self.n)]
         if all(p is None for p in parts):
             return []
         results = self._join_epoch(parts, self._number(parts))
@@ -397,18 +393,21 @@ class MJoinStage(StageBase):
             self._report(i, change)
 
     def _results(self, pipe: Pipeline, delta: Batch, run: _Run) -> Batch:
+        """Each combination's columns (of ``result_columns`` only, if set)."""
         cols: dict[str, Column] = {}
         entity = {inp: e for e, inp in enumerate(pipe.inputs)}
+        wanted = self.result_columns
         for j in range(self.n):
-            names = self._columns[j] or []
-            for c in names:
-                if j == pipe.root:
-                    col = delta.columns[c]
-                    cols[f"{self.names[j]}.{c}"] = (
-                        col.take(run.origin) if isinstance(col, VarColumn) else col[run.origin]
-                    )
+            for c in self._columns[j] or []:
+                name = f"{self.names[j]}.{c}"
+                if wanted is not None and name not in wanted:
+                    continue
+                if j != pipe.root:
+                    cols[name] = self.stores[j].take(c, run.bound[entity[j]])
+                elif isinstance(col := delta.columns[c], VarColumn):
+                    cols[name] = col.take(run.origin)
                 else:
-                    cols[f"{self.names[j]}.{c}"] = self.stores[j].take(c, run.bound[entity[j]])
+                    cols[name] = col[run.origin]
         return Batch(cols, delta.sign[run.origin], delta.ts[run.origin])
 
     def _assemble(self, results: list[tuple[np.ndarray, Batch]]) -> Batch:
@@ -460,13 +459,16 @@ class MJoinStage(StageBase):
     def held_bytes(self) -> int:
         return sum(s.nbytes for s in self.stores) + sum(self.waiting_bytes().values())
 
+    def _least_waited(self) -> int | None:
+        """The least time shown by the inputs waited for (not idle); None: none is."""
+        waited = [s for s, quiet in zip(self._shown, self.idleness.idle, strict=True) if not quiet]
+        return min(waited) if waited else None
+
     def waiting_bytes(self) -> dict[str, int]:
         """Deltas buffered until every input has shown their time, of the inputs that run
         ahead: those at the least time shown are the ones waited for, and never listed
         (pausing them would stop the join)."""
-        idle = self.idleness.idle.tolist()
-        waited = [shown for shown, quiet in zip(self._shown, idle, strict=True) if not quiet]
-        low = min(waited) if waited else None
+        low = self._least_waited()
         return {
             self.names[i]: sum(b.nbytes() for b in batches)
             for i, batches in enumerate(self._buffers)
@@ -487,9 +489,7 @@ class MJoinStage(StageBase):
             "window_tuples": {s.name: len(s) for s in self.stores},
             "state_bytes": sum(s.nbytes for s in self.stores),
             "probes_per_delta": {
-                self.names[i]: (
-                    float(self.probes[i].sum()) / self.deltas_in[i] if self.deltas_in[i] else 0.0
-                )
+                self.names[i]: float(self.probes[i].sum()) / max(self.deltas_in[i], 1)
                 for i in range(self.n)
             },
             "buffered": sum(len(b) for bs in self._buffers for b in bs),
