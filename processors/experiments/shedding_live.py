@@ -137,6 +137,16 @@ def shedding_figures(run: LiveRun, ramp: Ramp) -> dict[str, Any]:
         "lift_after_overload_s": None if lift_t is None else round(lift_t - o1, 2),
         "lift_after_ramp_s": None if lift_t is None else round(max(lift_t - ramp.ramp_end_s, 0), 2),
         "changes": len(run.changes),
+        # what the controller decided and why, in seconds since the ramp's start
+        "change_log": [
+            {
+                "t_s": round(c["time_ms"] / 1000 - run.start_t, 2),
+                "keep": c["to"],
+                "reason": c["reason"],
+            }
+            for c in run.changes
+            if "time_ms" in c
+        ],
     }
     if lift_t is not None:  # records written a second after the lift (the boxes read it)
         since_ms = int((run.start_t + lift_t + 1.0) * 1000)

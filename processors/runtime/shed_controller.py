@@ -143,10 +143,17 @@ class ShedController:
             measured = replace(newest, rising=measured.rising)  # longer window's)
         self.last_signals = asdict(measured)
         keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
-        self._decided = Decided(rate, measured.need, target(self.config, measured))
+        decided = Decided(rate, measured.need, target(self.config, measured))
         in_force = self.published if self.published is not None else dict(current)
         if not material(keep, in_force):
+            if self._decided is not None and any(v < 1.0 for v in current.values()):
+                # shares held: they stay meant for the read rate they were set at (the
+                # statistics that held them are a second or two old: in a climb, moving the
+                # rate along with every held decision would never let feed_forward act)
+                decided = replace(decided, rate=self._decided.rate)
+            self._decided = decided
             return False
+        self._decided = decided
         # the need measured was at the shares in force; at these it is meant to be the aim
         self._decided = replace(self._decided, need=self._decided.aim)
         return self._publish_keep(keep, why, now)

@@ -274,6 +274,23 @@ def test_between_decisions_a_rising_read_rate_is_met_at_once() -> None:
     assert feed_forward({"r": 0.5}, 12_500.0, Decided(0.0, 0.9, 0.8), config) is None
 
 
+def test_between_decisions_a_falling_read_rate_gives_the_shares_back() -> None:
+    """While shedding, a fall of the read rate raises every share by its inverse (each
+    input's kept rate held), up to a lift; not shedding, a fall changes nothing."""
+    from processors.core.cost.shed_policy import Decided, feed_forward
+
+    config = ShedConfig(500)
+    last = Decided(rate=20_000.0, need=0.8, aim=0.8)
+    current = {"a": 0.3, "b": 0.2}
+    assert feed_forward(current, 17_500.0, last, config) is None  # under 20% less
+    keep, decided, why = feed_forward(current, 15_000.0, last, config)
+    assert keep == {"a": pytest.approx(0.4), "b": pytest.approx(0.8 / 3)}
+    assert decided == Decided(15_000.0, 0.8, 0.8) and "kept rate held" in why
+    keep, _, _ = feed_forward({"a": 0.5, "b": 0.9}, 5_000.0, last, config)
+    assert keep == {"a": 1.0, "b": 1.0}  # capped at 1: a lift
+    assert feed_forward({"a": 1.0, "b": 1.0}, 5_000.0, last, config) is None
+
+
 def test_the_controller_cuts_between_decisions_when_its_boxes_read_more() -> None:
     sent: list[tuple[bytes, bytes]] = []
     clock, read = [100.0], [0]
@@ -295,3 +312,25 @@ def test_the_controller_cuts_between_decisions_when_its_boxes_read_more() -> Non
     fast = [decode_control(v, SchemaStore()).payload for v, _ in sent[1:]]
     assert shares > fast[0]["keep"]["r"] > fast[1]["keep"]["r"] >= shares / 2
     assert all("kept rate held" in f["reason"] for f in fast)
+
+
+def test_shares_held_by_a_decision_stay_meant_for_the_rate_they_were_set_at() -> None:
+    """A decision that holds the shares does not move the read rate they are meant for: in a
+    climb, decisions a second apart would otherwise each take the newer rate as the base,
+    and a rise of 10% a second would never reach feed_forward's 20% (the kept rate would
+    climb unchecked until the statistics showed the overload)."""
+    sent: list[tuple[bytes, bytes]] = []
+    clock, read = [100.0], [0]
+    ctl = ShedController(plan(), lambda value, key: sent.append((value, key)), "w1",
+                         clock=lambda: clock[0], reads=lambda: read[0])  # fmt: skip
+    for r in records(1_000, 0.85, 0, 0, 100.0, seconds=6):  # within 15% of the aim: held
+        ctl.on_stats(r)
+    shedding = {"r": 0.5}
+    for per_s in (1_000, 1_000, 1_100, 1_250):  # a second each, five ticks a second
+        for _ in range(5):
+            clock[0] += 0.2
+            read[0] += per_s // 5
+            ctl.tick(shedding)
+    assert len(sent) == 1  # held twice, then 1,250/s is 25% over the 1,000 they were set at
+    fast = decode_control(sent[0][0], SchemaStore()).payload
+    assert "kept rate held" in fast["reason"] and fast["keep"]["r"] < 0.5 / 1.2

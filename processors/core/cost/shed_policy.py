@@ -52,7 +52,8 @@ QUEUE_OK, DRAIN_HORIZON_S, DRAIN_FLOOR = 0.25, 2.0, 0.5
 LEAD_S, MAX_RISING = 2.0, 0.25
 #: shares are cut only on clear evidence (see _overloaded)
 HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
-#: between decisions, a read rate this much above the last decision's is acted on at once
+#: between decisions, a read rate this much above (or, while shedding, below) the last
+#: decision's is acted on at once
 FAST_RISE = 1.2
 #: shares closer than this to the current ones are not worth a new SHED record
 MATERIAL = 0.02
@@ -145,15 +146,20 @@ def feed_forward(
     current: Mapping[str, float], rate_now: float, last: Decided, config: ShedConfig
 ) -> tuple[dict[str, float], Decided, str] | None:
     """Between decisions on the statistics (a second or more apart, and their figures a
-    second old), the read rate, counted by the drop boxes themselves, is fresh. When it rose
-    by FAST_RISE since the last decision: while shedding, every share shrinks by the rise, so
-    that the kept rate (and so the load) stays as that decision left it; not shedding yet,
-    the shares start at the aim over the need grown with the rate, if that is clearly over.
-    The new shares, what they are decided on (for the next rise), why; None: no change."""
-    if last.rate <= 0 or last.need <= 0 or rate_now < FAST_RISE * last.rate:
+    second old), the read rate, counted by the drop boxes themselves, is fresh. While
+    shedding, when it rose or fell by FAST_RISE since the last decision, every share changes
+    by the inverse, so that each input's kept rate (and so the load: a RANGE window holds what
+    its input keeps) stays as that decision left it: the shares shrink in a climb and grow back
+    as the load falls, up to a lift. Not shedding yet, a rise starts the shares at the aim over
+    the need grown with the rate, if that is clearly over. The new shares, what they are
+    decided on (for the next change), why; None: no change."""
+    if last.rate <= 0 or last.need <= 0 or rate_now <= 0:
+        return None
+    shedding = any(v < 1.0 for v in current.values())
+    rose, fell = rate_now >= FAST_RISE * last.rate, rate_now * FAST_RISE <= last.rate
+    if not (rose or (fell and shedding)):
         return None
     grown = last.need * rate_now / last.rate
-    shedding = any(v < 1.0 for v in current.values())
     if not shedding and grown <= HYSTERESIS * last.aim:
         return None
     factor = last.rate / rate_now if shedding else last.aim / grown
