@@ -3,6 +3,8 @@ attribute (Babu et al., ICDE 2005)."""
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from processors.core.joins.graph import JoinGraph
 
 R = {f"R{k}": k - 1 for k in range(1, 7)}  # R1..R6 are inputs 0..5
@@ -32,3 +34,43 @@ FIG5 = pipelines(
 
 def names(*rs: str) -> frozenset[int]:
     return frozenset(R[r] for r in rs)
+
+
+def _split(draw: st.DrawFn, inputs: list[int]) -> object:
+    """A random binary tree over ``inputs`` (a leaf is an int, a node a pair)."""
+    if len(inputs) == 1:
+        return inputs[0]
+    cut = draw(st.integers(1, len(inputs) - 1))
+    return (_split(draw, inputs[:cut]), _split(draw, inputs[cut:]))
+
+
+def _leaves(draw: st.DrawFn, node: object) -> list[int]:
+    if isinstance(node, int):
+        return [node]
+    a, b = node
+    if draw(st.booleans()):
+        a, b = b, a
+    return _leaves(draw, a) + _leaves(draw, b)
+
+
+def _tree_order(draw: st.DrawFn, node: object, r: int) -> list[int]:
+    """Pipeline of r in a tree of MJoins: each ancestor's other subtree, inner ones first, so
+    every subtree satisfies the prefix invariant (a structure rich in candidates, as Fig. 5)."""
+    if isinstance(node, int):
+        return []
+    a, b = node
+    inside, other = (a, b) if r in _leaves(draw, a) else (b, a)
+    return _tree_order(draw, inside, r) + _leaves(draw, other)
+
+
+@st.composite
+def random_orders(draw: st.DrawFn, n: int) -> list[tuple[int, ...]]:
+    """Tree-shaped orders, some pipelines then shuffled (fewer candidates), or fully random."""
+    if draw(st.integers(0, 3)) == 0:
+        return [tuple(draw(st.permutations([r for r in range(n) if r != i]))) for i in range(n)]
+    tree = _split(draw, draw(st.permutations(list(range(n)))))
+    orders = [tuple(_tree_order(draw, tree, i)) for i in range(n)]
+    for i in range(n):
+        if draw(st.integers(0, 4)) == 0:
+            orders[i] = tuple(draw(st.permutations(list(orders[i]))))
+    return orders

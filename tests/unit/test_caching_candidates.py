@@ -154,12 +154,12 @@ def test_quota_rule() -> None:
     orders = [(1, 2, 3), (0, 2, 3), (3, 0, 1), (2, 1, 0)]
     p = prefix_candidates(g, orders).caches
     gc = global_candidates(g, orders)
-    q = quota(p, gc, 4, m=6)
+    q = quota(p, gc, m=6)
     assert q is not None and len(q) == min(6, len(p) + len(gc))
     assert q[: len(p)] == p
     lengths = [c.length for c in q[len(p) :]]
     assert lengths == sorted(lengths, reverse=True)
-    assert quota(p, gc, 4, m=len(p)) is None
+    assert quota(p, gc, m=len(p)) is None
 
 
 def brute_prefix_sets(orders: list[tuple[int, ...]]) -> set[frozenset[int]]:

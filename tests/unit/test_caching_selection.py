@@ -7,7 +7,7 @@ import itertools
 import math
 
 import pytest
-from caching_helpers import FIG5, R, equijoin, names
+from caching_helpers import FIG5, R, equijoin, names, random_orders
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -63,46 +63,6 @@ def brute_best_net(problem: Problem) -> float:
             if problem.feasible(subset):
                 best = max(best, problem.net(subset))
     return best
-
-
-def _split(draw: st.DrawFn, inputs: list[int]) -> object:
-    """A random binary tree over ``inputs`` (a leaf is an int, a node a pair)."""
-    if len(inputs) == 1:
-        return inputs[0]
-    cut = draw(st.integers(1, len(inputs) - 1))
-    return (_split(draw, inputs[:cut]), _split(draw, inputs[cut:]))
-
-
-def _leaves(draw: st.DrawFn, node: object) -> list[int]:
-    if isinstance(node, int):
-        return [node]
-    a, b = node
-    if draw(st.booleans()):
-        a, b = b, a
-    return _leaves(draw, a) + _leaves(draw, b)
-
-
-def _tree_order(draw: st.DrawFn, node: object, r: int) -> list[int]:
-    """Pipeline of r in a tree of MJoins: each ancestor's other subtree, inner ones first, so
-    every subtree satisfies the prefix invariant (a structure rich in candidates, as Fig. 5)."""
-    if isinstance(node, int):
-        return []
-    a, b = node
-    inside, other = (a, b) if r in _leaves(draw, a) else (b, a)
-    return _tree_order(draw, inside, r) + _leaves(draw, other)
-
-
-@st.composite
-def random_orders(draw: st.DrawFn, n: int) -> list[tuple[int, ...]]:
-    """Tree-shaped orders, some pipelines then shuffled (fewer candidates), or fully random."""
-    if draw(st.integers(0, 3)) == 0:
-        return [tuple(draw(st.permutations([r for r in range(n) if r != i]))) for i in range(n)]
-    tree = _split(draw, draw(st.permutations(list(range(n)))))
-    orders = [tuple(_tree_order(draw, tree, i)) for i in range(n)]
-    for i in range(n):
-        if draw(st.integers(0, 4)) == 0:
-            orders[i] = tuple(draw(st.permutations(list(orders[i]))))
-    return orders
 
 
 @st.composite

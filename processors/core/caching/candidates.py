@@ -283,7 +283,7 @@ def global_candidates(
 
 
 def quota(
-    prefix: Sequence[Candidate], global_: Sequence[Candidate], n: int, m: int = 6
+    prefix: Sequence[Candidate], global_: Sequence[Candidate], m: int = 6
 ) -> tuple[Candidate, ...] | None:
     """The m candidates Sect. 6 searches exhaustively, or None when the p prefix-invariant ones
     already reach m (then Sect. 4.5's algorithm runs on them alone): all p, then
@@ -292,8 +292,19 @@ def quota(
     if len(prefix) >= m:
         return None
     extra = sorted(global_, key=lambda c: (-c.length, c.pipeline, c.start))
-    extra = [c for c in extra if c.length <= n - 1]
     return (*prefix, *extra[: m - len(prefix)])
+
+
+def selection_candidates(
+    graph: JoinGraph, orders: Orders, global_m: int | None = None
+) -> tuple[Candidate, ...]:
+    """What the offline algorithm chooses from: the prefix-invariant candidates (the paper's P
+    plans), or with ``global_m`` Sect. 6's m candidates (G plans; search them exhaustively)."""
+    prefix = prefix_candidates(graph, orders).caches
+    if global_m is None:
+        return prefix
+    chosen = quota(prefix, global_candidates(graph, orders), global_m)
+    return prefix if chosen is None else chosen
 
 
 def groups_of(caches: Sequence[Candidate]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
