@@ -149,8 +149,9 @@ class AdaptiveSelector:
         ready: Collection[Ident],
         stats: Sequence[PipelineStats],
     ) -> list[CachePlanChange]:
-        """``tuples`` more processed; ``estimates`` of every candidate (used ones at least),
-        ``ready`` those with W observations. Returns the changes to apply, in order."""
+        """``tuples`` more processed; ``estimates`` of every candidate (only the used ones are
+        read between rounds, all when a round closes), ``ready`` the candidates with W
+        observations. Returns the changes to apply, in order."""
         self.tuples += tuples
         steps = [self._demote_negative(estimates)]
         if not self._round_open and self.tuples - self._round_at >= self.config.interval:
