@@ -125,6 +125,8 @@ def test_operator_profile_by_hand() -> None:
     # the last two rows: delta sums (2, 8, 3), tau sums (4, 5)
     assert prof.d(10.0) == pytest.approx([10, 40, 15])
     assert prof.c() == pytest.approx([2.0, 5 / 8])
+    st_ = prof.stats(10.0)
+    assert st_.d == pytest.approx((10, 40, 15)) and st_.c == pytest.approx((2.0, 5 / 8))
     with pytest.raises(ValueError):
         prof.record(np.ones((1, 2)), np.ones((1, 2)))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from processors.core.caching.model import PipelineStats
 from processors.kernels.bloom import bloom_windows, fold_keys
 
 
@@ -92,6 +93,10 @@ class OperatorProfile:
         tuples = self._delta[:held, : self.n].sum(axis=0)
         spent = self._tau[:held].sum(axis=0)
         return np.divide(spent, tuples, out=np.zeros(self.n), where=tuples > 0)
+
+    def stats(self, rate: float) -> PipelineStats:
+        """The pipeline's d and c for the cost model."""
+        return PipelineStats(tuple(self.d(rate).tolist()), tuple(self.c().tolist()))
 
 
 def key_words(columns: list[np.ndarray]) -> np.ndarray:
