@@ -121,6 +121,7 @@ class MJoinCaches:
         self._segments: dict[tuple[int, int], _Placed] = {}
         self._feeds: dict[tuple[int, int], list[_Placed]] = {}
         self._zeros: dict[int, np.ndarray] = {}
+        self.feeders_first = True  # False: pipelines in index order (as exact, fewer hits)
 
     # -- placing ------------------------------------------------------------------------------
     def force(self, stage: MJoinStage, specs: Sequence[CacheSpec | tuple[Any, ...]]) -> None:
@@ -257,7 +258,7 @@ class MJoinCaches:
         """The pipelines in the order to run them this epoch: each cache's feeders before its
         pipeline where possible (the order changes no result); marks each as run."""
         after: dict[int, set[int]] = {x: set() for x in range(n)}
-        for c in self.placed:
+        for c in self.placed if self.feeders_first else ():
             after[c.spec.pipeline].update(c.rels)
         order: list[int] = []
         while len(order) < n:
