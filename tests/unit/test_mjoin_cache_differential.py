@@ -10,6 +10,8 @@ tuple (maintenance, not the ``born`` check, keeps caches clean: ``unlinked`` sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -90,11 +92,12 @@ def feed(
     join: MJoinStage,
     rng: np.random.Generator,
     release_p: float,
-    snapshot_at: int | None = None,
+    at: int | None = None,
+    then: Callable[[MJoinStage], MJoinStage] | None = None,
 ) -> tuple[list[Batch], MJoinStage]:
     """Window deltas into ``join`` in random batches and interleavings, released after a push
-    with probability ``release_p`` (small: large epochs); with ``snapshot_at``, the join is
-    replaced by a restored copy after that many pushes. All results, and the join at the end."""
+    with probability ``release_p`` (small: large epochs); after ``at`` pushes the join is
+    replaced by ``then(join)``. All results, and the join at the end."""
     n = len(streams)
     fronts = [WindowStage(w) if w is not None else RowIds() for w in windows]
     pos = [0] * n
@@ -113,8 +116,8 @@ def feed(
         if rng.random() < release_p:
             out += join.release()
         pushes += 1
-        if pushes == snapshot_at:
-            join = restored(join, join.caches.feeders_first)
+        if pushes == at and then is not None:
+            join = then(join)
     for i, front in enumerate(fronts):
         if isinstance(front, WindowStage):
             for deltas in front.flush():
@@ -124,14 +127,14 @@ def feed(
     return out, join
 
 
-def restored(join: MJoinStage, feeders_first: bool) -> MJoinStage:
+def restored(join: MJoinStage) -> MJoinStage:
     """A fresh stage with the same caches forced, loaded from ``join``'s snapshot."""
     copy = MJoinStage(join.names, join.graph.predicates, join.config)
     copy.reopts = [make_reoptimizer(p.size, join.config, r.order.tolist(), list(p.parent))
                    for p, r in zip(copy.pipelines, join.reopts, strict=True)]  # fmt: skip
     copy.use_caches([c.spec for c in join.caches.placed])
     copy.load_snapshot(join.snapshot())
-    copy.caches.feeders_first = feeders_first
+    copy.caches.feeders_first = join.caches.feeders_first
     assert all(c.cache.entries == 0 for c in copy.caches.placed)  # caches start empty
     return copy
 
@@ -162,7 +165,7 @@ def check(
     at = int(rng.integers(1, 3 * n)) if snapshot else None
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(mjoin_stage, "EPOCH_SLICE", slice_size)
-        batches, join = feed(streams, windows, join, rng, release_p, at)
+        batches, join = feed(streams, windows, join, rng, release_p, at, restored)
     got = result_counter(batches, [["a", "b", "c"]] * n, [f"s{i}." for i in range(n)])
     assert got == expected, f"{chosen}: " + _diff(got, expected)
     assert join.caches.invalid_refs(join) == 0
