@@ -114,16 +114,17 @@ def cache_lookup(tkeys, tepoch, mask, keys, gen, epoch, fresh_below, out):  # ty
 
 @njit(cache=True)
 def cache_expand(thead, tcount, cnext, cslot, cborn, meta, buckets, gen, borns, dieds):  # type: ignore[no-untyped-def]
-    """Every (row, combination row) with row's bucket >= 0 and the combination valid and
-    alive at ``gen[row]``, rows in order. ``borns``/``dieds``: per relation of the segment,
-    its window's ``born``/``died`` arrays. Invalid combinations met are unlinked."""
+    """Every (row, combination) with row's bucket >= 0 and the combination valid and alive at
+    ``gen[row]``, rows in order: the rows, and the combinations' slots as one row per relation
+    (``[width, n]``). ``borns``/``dieds``: per relation of the segment, its window's
+    ``born``/``died`` arrays. Invalid combinations met are unlinked."""
     total = 0
     for r in range(buckets.shape[0]):
         if buckets[r] >= 0:
             total += tcount[buckets[r]]
-    left = np.empty(total, np.int64)
-    rows = np.empty(total, np.int64)
     w = cslot.shape[1]
+    left = np.empty(total, np.int64)
+    out = np.empty((w, total), np.int64)
     m = 0
     for r in range(buckets.shape[0]):
         b = buckets[r]
@@ -158,11 +159,12 @@ def cache_expand(thead, tcount, cnext, cslot, cborn, meta, buckets, gen, borns, 
             else:
                 if alive:
                     left[m] = r
-                    rows[m] = s
+                    for k in range(w):
+                        out[k, m] = cslot[s, k]
                     m += 1
                 prev = s
             s = following
-    return left[:m], rows[:m]
+    return left[:m], out[:, :m]
 
 
 @njit(cache=True)
@@ -288,3 +290,25 @@ def cache_distribute(owner, starts, lo, hi, gen):  # type: ignore[no-untyped-def
                 rows[m] = c
                 m += 1
     return left[:m], rows[:m]
+
+
+@njit(cache=True)
+def merge_rows(left_a, cols_a, left_b, cols_b):  # type: ignore[no-untyped-def]
+    """Two (rows, slots ``[width, n]``) results with rows in order, merged in row order."""
+    na, nb = left_a.shape[0], left_b.shape[0]
+    w = cols_a.shape[0]
+    left = np.empty(na + nb, np.int64)
+    cols = np.empty((w, na + nb), np.int64)
+    i = j = 0
+    for m in range(na + nb):
+        if j == nb or (i < na and left_a[i] <= left_b[j]):
+            left[m] = left_a[i]
+            for k in range(w):
+                cols[k, m] = cols_a[k, i]
+            i += 1
+        else:
+            left[m] = left_b[j]
+            for k in range(w):
+                cols[k, m] = cols_b[k, j]
+            j += 1
+    return left, cols

@@ -108,13 +108,13 @@ class SubresultCache:
     def expand(
         self, buckets: np.ndarray, gen: np.ndarray, borns: Arrays, dieds: Arrays
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The combinations of each looked-up row alive at its ``gen``: (row, slots[.., width])
-        with rows in order. ``borns``/``dieds``: each relation's window arrays."""
-        left, rows = cache_expand(
+        """The combinations of each looked-up row alive at its ``gen``: the rows (in order) and
+        the combinations' slots, a row per relation (``[width, n]``). ``borns``/``dieds``: each
+        relation's window arrays."""
+        return cache_expand(  # type: ignore[no-any-return]
             self.thead, self.tcount, self.cnext, self.cslot, self.cborn, self.meta, buckets,
             gen, borns, dieds,
         )  # fmt: skip
-        return left, self.cslot[rows]
 
     def create(
         self, keys: np.ndarray, starts: np.ndarray, slots: np.ndarray, borns: np.ndarray, epoch: int

@@ -53,7 +53,7 @@ import numpy as np
 
 from processors.core.batch import INSERT, Batch
 from processors.core.ordering.reoptimizers import OrderChange
-from processors.kernels.subresult_cache import cache_distribute
+from processors.kernels.subresult_cache import cache_distribute, merge_rows
 from processors.stages.join_cache import SubresultCache
 from processors.stages.plan_changes import PlanChanges
 
@@ -315,14 +315,11 @@ class MJoinCaches:
             died = np.stack([d[made[:, n]] for n, d in enumerate(dieds)], axis=1)
             c.cache.create(uniq, starts, made, born, self.epoch)
             at, rows = cache_distribute(owner, starts, born.max(axis=1), died.min(axis=1), g[miss])
-            left = np.concatenate([left, miss[at]])
-            combos = np.concatenate([combos, made[rows]])
-            order = np.argsort(left, kind="stable")
-            left, combos = left[order], combos[order]
+            left, combos = merge_rows(left, combos, miss[at], np.ascontiguousarray(made.T[:, rows]))
         run.keep(left)
         entity = {inp: e for e, inp in enumerate(pipe.inputs)}
         for n, x in enumerate(c.rels):
-            run.bound[entity[x]] = combos[:, n]
+            run.bound[entity[x]] = combos[n]
         return c.spec.end + 1
 
     def _segment(

@@ -30,7 +30,7 @@ def probe(cache: SubresultCache, w: Windows, keys: np.ndarray, gen: int, epoch: 
     buckets = cache.lookup(keys, g, epoch, fresh_below)
     left, slots = cache.expand(buckets, g, w.born, w.died)
     out: list = [None if b < 0 else [] for b in buckets]
-    for r, s in zip(left.tolist(), slots.tolist(), strict=True):
+    for r, s in zip(left.tolist(), slots.T.tolist(), strict=True):
         out[r].append(tuple(s))
     return [x if x is None else sorted(x) for x in out]
 
