@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from processors.core.batch import INSERT, Batch
+from processors.core.caching.candidates import Orders, orders_of, prefix_invariant
 from processors.core.ordering.reoptimizers import OrderChange
 from processors.kernels.subresult_cache import cache_distribute, merge_rows
 from processors.stages.join_cache import SubresultCache
@@ -76,20 +77,19 @@ class CacheSpec:
     buckets: int = DEFAULT_BUCKETS
 
 
-def prefix_invariant_violation(
-    orders: Sequence[Sequence[int]], i: int, start: int, end: int
-) -> str | None:
+def prefix_invariant_violation(orders: Orders, i: int, start: int, end: int) -> str | None:
     """Why the segment ``start..end`` of pipeline i breaks the prefix invariant (Definition
-    3.2), or None. ``orders[x]``: pipeline x's order as input indices."""
-    segment = set(orders[i][start : end + 1])
-    for x in sorted(segment):
-        first = list(orders[x][: len(segment) - 1])
-        if set(first) != segment - {x}:
-            return (
-                f"pipeline {x} probes {first} first, not the other segment inputs "
-                f"{sorted(segment - {x})}"
-            )
-    return None
+    3.2; :func:`processors.core.caching.candidates.prefix_invariant`), or None. ``orders[x]``:
+    pipeline x's order as input indices."""
+    segment = frozenset(orders[i][start : end + 1])
+    if prefix_invariant(segment, orders):
+        return None
+    size = len(segment) - 1
+    x = next(x for x in sorted(segment) if frozenset(orders[x][:size]) != segment - {x})
+    return (
+        f"pipeline {x} probes {list(orders[x][:size])} first, not the other segment inputs "
+        f"{sorted(segment - {x})}"
+    )
 
 
 @dataclass
@@ -423,10 +423,9 @@ class MJoinCaches:
         }
 
 
-def _orders(stage: MJoinStage) -> list[list[int]]:
+def _orders(stage: MJoinStage) -> Orders:
     """Each pipeline's order as input indices."""
-    return [[p.inputs[e] for e in r.order.tolist()] for p, r in zip(stage.pipelines, stage.reopts,
-                                                                    strict=True)]  # fmt: skip
+    return orders_of(stage.pipelines, [r.order.tolist() for r in stage.reopts])
 
 
 def _segment_name(stage: MJoinStage, s: CacheSpec) -> str:

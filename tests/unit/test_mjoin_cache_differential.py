@@ -27,11 +27,12 @@ from test_mjoin_differential import (
 )
 
 from processors.core.batch import Batch
+from processors.core.caching.candidates import orders_of, prefix_candidates
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.reoptimizers import make_reoptimizer
 from processors.core.plan import Window
 from processors.stages import mjoin_stage
-from processors.stages.mjoin_caches import CacheSpec, prefix_invariant_violation
+from processors.stages.mjoin_caches import CacheSpec
 from processors.stages.mjoin_stage import MJoinStage
 from processors.stages.shape_stages import RowIds
 from processors.stages.window_stage import WindowStage
@@ -63,16 +64,11 @@ def set_orders(stage: MJoinStage, rng: np.random.Generator, config: OrderingConf
 
 
 def candidates(stage: MJoinStage) -> list[CacheSpec]:
-    """Every segment of every pipeline that satisfies the prefix invariant."""
-    pairs = zip(stage.pipelines, stage.reopts, strict=True)
-    orders = [[p.inputs[e] for e in r.order.tolist()] for p, r in pairs]
-    return [
-        CacheSpec(i, j, k)
-        for i, p in enumerate(stage.pipelines)
-        for j in range(p.size)
-        for k in range(j, p.size)
-        if prefix_invariant_violation(orders, i, j, k) is None
-    ]
+    """Every segment of every pipeline that satisfies the prefix invariant, single operators
+    included (the candidate enumeration of :mod:`processors.core.caching.candidates`)."""
+    orders = orders_of(stage.pipelines, [r.order.tolist() for r in stage.reopts])
+    found = prefix_candidates(stage.graph, orders, min_length=1).caches
+    return [CacheSpec(c.pipeline, c.start, c.end) for c in found]
 
 
 def non_overlapping(specs: list[CacheSpec], rng: np.random.Generator) -> list[CacheSpec]:
