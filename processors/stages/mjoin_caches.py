@@ -124,7 +124,7 @@ class MJoinCaches:
         self.feeders_first = True  # False: pipelines in index order (as exact, fewer hits)
 
     # -- placing ------------------------------------------------------------------------------
-    def force(self, stage: MJoinStage, specs: Sequence[CacheSpec | tuple[Any, ...]]) -> None:
+    def force(self, stage: MJoinStage, specs: Sequence[Any]) -> None:
         """Use exactly these caches from now on, empty (ValueError if one is not allowed)."""
         if specs and not stage.supports_caches:
             raise ValueError(f"{stage.name}: a {stage.kind} stage does not run caches")
@@ -150,10 +150,16 @@ class MJoinCaches:
             self._record(stage, c, "add", "forced")
         self.placed = placed
 
-    def _spec(self, stage: MJoinStage, s: CacheSpec | tuple[Any, ...]) -> CacheSpec:
-        if not isinstance(s, CacheSpec):
+    def _spec(self, stage: MJoinStage, s: Any) -> CacheSpec:
+        """A CacheSpec from a CacheSpec, a tuple (pipeline index or input name, start, end[,
+        buckets]) or anything with ``pipeline``, ``start``, ``end`` (a model's Candidate)."""
+        if isinstance(s, tuple):
             first = stage.input_index(s[0]) if isinstance(s[0], str) else int(s[0])
             s = CacheSpec(first, *(int(x) for x in s[1:]))
+        elif not isinstance(s, CacheSpec):
+            if getattr(s, "kind", "prefix") != "prefix":
+                raise ValueError(f"{stage.name}: only prefix-invariant caches run, not {s}")
+            s = CacheSpec(int(s.pipeline), int(s.start), int(s.end))
         if not 0 <= s.pipeline < stage.n:
             raise ValueError(f"{stage.name}: no pipeline {s.pipeline}")
         size = stage.pipelines[s.pipeline].size

@@ -424,8 +424,9 @@ class MJoinStage(StageBase):
 
     def use_caches(self, specs: Sequence[CacheSpec | tuple[Any, ...]]) -> None:
         """Run exactly these subresult caches from now on, each empty: ``(pipeline input,
-        first position, last position[, buckets])`` in the pipeline's current order; ValueError
-        if one breaks the prefix invariant (A-Caching, :mod:`processors.stages.mjoin_caches`)."""
+        first position, last position[, buckets])`` in the pipeline's current order (or
+        prefix-invariant ``Candidate``s of :mod:`processors.core.caching.candidates`);
+        ValueError if one breaks the prefix invariant (A-Caching, :mod:`.mjoin_caches`)."""
         self.caches.force(self, specs)
 
     def orders(self) -> dict[str, list[str]]:

@@ -14,7 +14,8 @@ from oracle.naive import naive_join, result_counter
 from test_mjoin_cache_differential import FIXED, candidates, feed, non_overlapping
 from test_mjoin_differential import _diff, oracle_deltas, predicates, random_window, raw_stream
 
-from processors.core.batch import Batch
+from processors.core.batch import Batch, VarColumn
+from processors.core.caching.candidates import orders_of, prefix_candidates
 from processors.core.join_tree import JoinTree
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.reoptimizers import make_reoptimizer
@@ -22,6 +23,7 @@ from processors.core.plan import Window
 from processors.stages.eager_mjoin import EagerMJoinStage
 from processors.stages.join_tree_stage import JoinTreeStage
 from processors.stages.mjoin_stage import MJoinStage
+from processors.stages.window_stage import WindowStage
 
 NAMES = ["s0", "s1", "s2"]
 NATURAL = predicates("natural", 3)  # s0.a = s1.a = s2.a
@@ -189,3 +191,50 @@ def test_an_adaptive_join_drops_caches_on_its_way() -> None:
         _, join = feed(streams, windows, join, rng, 0.7)
         drops += join.stats()["cache_changes_total"] - 1
     assert drops > 0
+
+
+def test_string_keys_and_a_two_class_key() -> None:
+    """A cycle s0.b = s1.a, s1.b = s2.a, s2.b = s0.c on strings: s0's cache on (s1, s2) is
+    keyed by two classes (s1.a and s2.b), each value hashed."""
+    preds = predicates("cycle", 3)
+    rng = np.random.default_rng(3)
+    words = np.array(["x", "yy", "zzz"], dtype=object)
+    raw = [
+        {c: words[rng.integers(0, 3, 60)] for c in "abc"} | {"ts": np.arange(60, dtype=np.int64)}
+        for _ in range(3)
+    ]
+    windows = [Window("x", "rows", 8), Window("x", "range", 15), Window("x", "rows", 6)]
+
+    def run(cached: bool) -> tuple[Counter, MJoinStage]:
+        join = stage(preds)
+        order_of(join, 1, [2, 0])  # s1 probes s2 first, s2 probes s1 first
+        order_of(join, 2, [1, 0])
+        if cached:
+            join.use_caches([(0, 0, 1)])
+        fronts = [WindowStage(w) for w in windows]
+        out: list[Batch] = []
+        for lo in range(0, 60, 7):
+            for i, s in enumerate(raw):
+                cols = {c: VarColumn.from_values(list(s[c][lo : lo + 7])) for c in "abc"}
+                for deltas in fronts[i].process(Batch.inserts(cols, s["ts"][lo : lo + 7])):
+                    join.push(i, deltas)
+            out += join.release()
+        for i, front in enumerate(fronts):
+            for deltas in front.flush():
+                join.push(i, deltas)
+        return counted(out + join.flush()), join
+
+    plain, _ = run(False)
+    got, join = run(True)
+    assert got == plain and sum(plain.values()) > 0
+    (name,) = join.stats()["caches"]
+    assert join.caches.placed[0].cache.key_width == 2
+    assert join.stats()["caches"][name]["hits"] > 0
+
+
+def test_candidates_of_the_model_can_be_forced() -> None:
+    join = stage(predicates("natural", 4), 4)
+    orders = orders_of(join.pipelines, [r.order.tolist() for r in join.reopts])
+    found = prefix_candidates(join.graph, orders).caches
+    join.use_caches([c for c in found if c.pipeline == 3][:1])
+    assert list(join.stats()["caches"]) == ["s3:0-1[s0,s1]"]
