@@ -18,6 +18,9 @@ drop-probing is chosen by the A-Greedy machinery of the filter stage, treating e
 input (each path of the spanning tree, Section 8.2) as a filter that drops a delta when it has
 no match; the tree's precedence constraints are respected. Every order change is counted and
 reported in ``stats()`` and logged sparingly (:mod:`processors.stages.plan_changes`).
+
+Subresult caches (A-Caching, :meth:`MJoinStage.use_caches`) hook into the pipelines' probing
+loop: lookups and update points (:mod:`processors.stages.mjoin_caches`).
 """
 
 from __future__ import annotations
