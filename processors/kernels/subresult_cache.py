@@ -31,6 +31,7 @@ from numba import njit
 from processors.kernels.splitmix import GAMMA, mix64
 
 NONE = -1
+ALIVE = np.iinfo(np.int64).max  # ``died`` of a tuple still in its window
 EMPTY = -1  # tepoch of a free bucket
 FREE, NFREE, ENTRIES, COMBOS, UNLINKED = range(5)
 META = 5
@@ -202,20 +203,86 @@ def cache_create(  # type: ignore[no-untyped-def]
             _push(thead, tcount, cnext, cslot, cborn, meta, b, slots, borns, c)
 
 
+@njit(cache=True, inline="always")
+def _holds(thead, cnext, cslot, cborn, b, slots, borns, c):  # type: ignore[no-untyped-def]
+    """Whether bucket b's chain holds combination c of ``slots``/``borns``."""
+    s = thead[b]
+    while s != NONE:
+        same = True
+        for k in range(slots.shape[1]):
+            if cslot[s, k] != slots[c, k] or cborn[s, k] != borns[c, k]:
+                same = False
+                break
+        if same:
+            return True
+        s = cnext[s]
+    return False
+
+
 @njit(cache=True)
 def cache_insert(  # type: ignore[no-untyped-def]
-    tkeys, tepoch, thead, tcount, cnext, cslot, cborn, meta, mask, keys, slots, borns, epoch
+    tkeys,
+    tepoch,
+    thead,
+    tcount,
+    cnext,
+    cslot,
+    cborn,
+    meta,
+    mask,
+    keys,
+    slots,
+    borns,
+    epoch,
+    unique,
 ):
     """insert(u, r) for every combination: added where u's entry is present and was created
-    before ``epoch`` (an entry of this epoch holds it already), ignored otherwise. The pool
-    must have ``len(slots)`` free rows. Returns how many were added."""
+    before ``epoch`` (an entry of this epoch holds it already), ignored otherwise; with
+    ``unique`` also ignored when the entry holds it. The pool must have ``len(slots)`` free
+    rows. Returns how many were added."""
     added = 0
     for c in range(keys.shape[0]):
         b = bucket_of(keys, c, mask)
         if tepoch[b] != EMPTY and tepoch[b] < epoch and _same_key(tkeys, b, keys, c):
+            if unique and _holds(thead, cnext, cslot, cborn, b, slots, borns, c):
+                continue
             _push(thead, tcount, cnext, cslot, cborn, meta, b, slots, borns, c)
             added += 1
     return added
+
+
+@njit(cache=True)
+def cache_sweep(tepoch, thead, tcount, cnext, cslot, meta, dieds):  # type: ignore[no-untyped-def]
+    """Unlink every combination holding a tuple whose ``died`` is set (it leaves its window
+    at this epoch's end). Returns how many."""
+    removed = 0
+    for b in range(tepoch.shape[0]):
+        if tepoch[b] == EMPTY:
+            continue
+        prev = NONE
+        s = thead[b]
+        while s != NONE:
+            following = cnext[s]
+            dying = False
+            for k in range(cslot.shape[1]):
+                if dieds[k][cslot[s, k]] != ALIVE:
+                    dying = True
+                    break
+            if dying:
+                if prev == NONE:
+                    thead[b] = following
+                else:
+                    cnext[prev] = following
+                tcount[b] -= 1
+                cnext[s] = meta[FREE]
+                meta[FREE] = s
+                meta[NFREE] += 1
+                meta[COMBOS] -= 1
+                removed += 1
+            else:
+                prev = s
+            s = following
+    return removed
 
 
 @njit(cache=True)

@@ -34,6 +34,7 @@ from processors.kernels.subresult_cache import (
     cache_insert,
     cache_invalid_refs,
     cache_lookup,
+    cache_sweep,
 )
 
 Arrays = tuple[np.ndarray, ...]
@@ -126,12 +127,16 @@ class SubresultCache:
         self._reserve(len(slots))
         cache_create(*self._table(), keys, starts, slots, borns, epoch)
 
-    def insert(self, keys: np.ndarray, slots: np.ndarray, borns: np.ndarray, epoch: int) -> int:
-        """insert(u, r) per combination (entries created before ``epoch`` only)."""
+    def insert(
+        self, keys: np.ndarray, slots: np.ndarray, borns: np.ndarray, epoch: int,
+        unique: bool = False,
+    ) -> int:  # fmt: skip
+        """insert(u, r) per combination (entries created before ``epoch`` only; with
+        ``unique``, only combinations not in the entry yet)."""
         if len(keys) == 0:
             return 0
         self._reserve(len(slots))
-        added = int(cache_insert(*self._table(), keys, slots, borns, epoch))
+        added = int(cache_insert(*self._table(), keys, slots, borns, epoch, unique))
         self.inserted += added
         return added
 
@@ -140,6 +145,13 @@ class SubresultCache:
         if len(keys) == 0:
             return 0
         removed = int(cache_delete(*self._table(), keys, slots, borns))
+        self.deleted += removed
+        return removed
+
+    def sweep(self, dieds: Arrays) -> int:
+        """Remove every combination with a tuple that left its window (``died`` set)."""
+        removed = int(cache_sweep(self.tepoch, self.thead, self.tcount, self.cnext, self.cslot,
+                                  self.meta, dieds))  # fmt: skip
         self.deleted += removed
         return removed
 

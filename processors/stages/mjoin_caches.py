@@ -46,16 +46,14 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from processors.core.batch import INSERT, Batch
-from processors.core.caching.candidates import Orders, orders_of, prefix_invariant
 from processors.core.ordering.reoptimizers import OrderChange
 from processors.kernels.subresult_cache import cache_distribute, merge_rows
-from processors.stages.join_cache import SubresultCache
+from processors.stages.mjoin_cache_plan import Placed, index, resolve, spec_of, still_valid
 from processors.stages.plan_changes import PlanChanges
 
 if TYPE_CHECKING:
@@ -64,62 +62,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NEVER = np.iinfo(np.int64).max
-DEFAULT_BUCKETS = 4096
-
-
-@dataclass(frozen=True)
-class CacheSpec:
-    """A cache on positions ``start..end`` (inclusive) of pipeline ``pipeline``'s order."""
-
-    pipeline: int
-    start: int
-    end: int
-    buckets: int = DEFAULT_BUCKETS
-
-
-def prefix_invariant_violation(orders: Orders, i: int, start: int, end: int) -> str | None:
-    """Why the segment ``start..end`` of pipeline i breaks the prefix invariant (Definition
-    3.2; :func:`processors.core.caching.candidates.prefix_invariant`), or None. ``orders[x]``:
-    pipeline x's order as input indices."""
-    segment = frozenset(orders[i][start : end + 1])
-    if prefix_invariant(segment, orders):
-        return None
-    size = len(segment) - 1
-    x = next(x for x in sorted(segment) if frozenset(orders[x][:size]) != segment - {x})
-    return (
-        f"pipeline {x} probes {list(orders[x][:size])} first, not the other segment inputs "
-        f"{sorted(segment - {x})}"
-    )
-
-
-@dataclass
-class _Placed:
-    """A cache in use: its segment, key and feeds, resolved against the stage's pipelines."""
-
-    spec: CacheSpec
-    name: str
-    rels: tuple[int, ...]  # the segment's inputs, sorted: the columns of a combination
-    entities: tuple[int, ...]  # pipeline i's entities of the segment, in probing order
-    prefix: frozenset[int]  # pipeline i's entities before the segment
-    classes: tuple[int, ...]  # the key's equivalence classes
-    probe_keys: tuple[tuple[int, str], ...]  # per class: pipeline i's (entity | -1, column)
-    update_keys: tuple[tuple[int, str], ...]  # per class: (index into rels, column)
-    orders: dict[int, tuple[int, ...]]  # the orders it was checked against, by pipeline
-    cache: SubresultCache
-    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
 
 
 class MJoinCaches:
     """The caches of one MJoin stage and the hooks its epochs and pipelines call."""
 
     def __init__(self, stage_name: str) -> None:
-        self.placed: list[_Placed] = []
+        self.placed: list[Placed] = []
         self.plan_changes = PlanChanges(stage_name, "caches", log)
         self.epoch = 0
         self._first_insert = np.zeros(0, np.int64)
         self._ran = np.zeros(0, np.bool_)
-        self._segments: dict[tuple[int, int], _Placed] = {}
-        self._feeds: dict[tuple[int, int], list[_Placed]] = {}
+        self._segments: dict[tuple[int, int], Placed] = {}
+        self._feeds: dict[tuple[int, int], list[Placed]] = {}
         self._zeros: dict[int, np.ndarray] = {}
         self.feeders_first = True  # False: pipelines in index order (as exact, fewer hits)
 
@@ -128,92 +83,24 @@ class MJoinCaches:
         """Use exactly these caches from now on, empty (ValueError if one is not allowed)."""
         if specs and not stage.supports_caches:
             raise ValueError(f"{stage.name}: a {stage.kind} stage does not run caches")
-        wanted = [self._spec(stage, s) for s in specs]
-        orders = _orders(stage)
-        for s in wanted:
-            why = prefix_invariant_violation(orders, s.pipeline, s.start, s.end)
-            if why:
-                raise ValueError(
-                    f"{stage.name}: cache on {_segment_name(stage, s)} breaks the prefix "
-                    f"invariant: {why}"
-                )
-        for a in wanted:
-            for b in wanted:
-                same = a is not b and a.pipeline == b.pipeline
-                if same and a.start <= b.end and b.start <= a.end:
-                    raise ValueError(f"{stage.name}: caches {a} and {b} overlap")
-        placed = [self._resolve(stage, s) for s in wanted]
-        self._index(placed)  # raises before anything changed if a feed falls inside a segment
+        placed = [resolve(stage, spec_of(stage, s)) for s in specs]
+        try:
+            self._segments, self._feeds = index(placed)
+        except ValueError as exc:
+            self._segments, self._feeds = index(self.placed)
+            raise ValueError(f"{stage.name}: {exc}") from None
         for c in self.placed:
             self._record(stage, c, "drop", "caches replaced")
         for c in placed:
             self._record(stage, c, "add", "forced")
         self.placed = placed
 
-    def _spec(self, stage: MJoinStage, s: Any) -> CacheSpec:
-        """A CacheSpec from a CacheSpec, a tuple (pipeline index or input name, start, end[,
-        buckets]) or anything with ``pipeline``, ``start``, ``end`` (a model's Candidate)."""
-        if isinstance(s, tuple):
-            first = stage.input_index(s[0]) if isinstance(s[0], str) else int(s[0])
-            s = CacheSpec(first, *(int(x) for x in s[1:]))
-        elif not isinstance(s, CacheSpec):
-            if getattr(s, "kind", "prefix") != "prefix":
-                raise ValueError(f"{stage.name}: only prefix-invariant caches run, not {s}")
-            s = CacheSpec(int(s.pipeline), int(s.start), int(s.end))
-        if not 0 <= s.pipeline < stage.n:
-            raise ValueError(f"{stage.name}: no pipeline {s.pipeline}")
-        size = stage.pipelines[s.pipeline].size
-        if not 0 <= s.start <= s.end < size:
-            raise ValueError(f"{stage.name}: positions {s.start}..{s.end} outside 0..{size - 1}")
-        return s
-
-    def _resolve(self, stage: MJoinStage, s: CacheSpec) -> _Placed:
-        pipe = stage.pipelines[s.pipeline]
-        order = stage.reopts[s.pipeline].order.tolist()
-        entities = tuple(order[s.start : s.end + 1])
-        prefix = frozenset(order[: s.start])
-        rels = tuple(sorted(pipe.inputs[e] for e in entities))
-        before = {s.pipeline} | {pipe.inputs[e] for e in prefix}
-        classes = tuple(
-            k for k, members in enumerate(stage.graph.members)
-            if any(x in before for x, _ in members) and any(x in rels for x, _ in members)
-        )  # fmt: skip
-        probe_keys, update_keys = [], []
-        for k in classes:
-            members = stage.graph.members[k]
-            sources = [(-1, c) for x, c in members if x == s.pipeline] + [
-                (e, c) for e in sorted(prefix) if not pipe.existence_only[e]
-                for x, c in members if x == pipe.inputs[e]
-            ]  # fmt: skip
-            probe_keys.append(sources[0])  # an existence-only one's parent is in its class
-            update_keys.append(next((rels.index(x), c) for x, c in members if x in rels))
-        return _Placed(
-            s, _segment_name(stage, s), rels, entities, prefix, classes, tuple(probe_keys),
-            tuple(update_keys),
-            {x: tuple(stage.reopts[x].order.tolist()) for x in {s.pipeline, *rels}},
-            SubresultCache(len(rels), len(classes), s.buckets),
-        )  # fmt: skip
-
-    def _index(self, placed: list[_Placed]) -> None:
-        """The lookup and update points by (pipeline, position)."""
-        segments = {(c.spec.pipeline, c.spec.start): c for c in placed}
-        feeds: dict[tuple[int, int], list[_Placed]] = {}
-        for c in placed:
-            for x in c.rels:
-                at = len(c.rels) - 1
-                inside = [d for d in placed if d.spec.pipeline == x
-                          and d.spec.start < at <= d.spec.end]  # fmt: skip
-                if inside:
-                    raise ValueError(f"the changes of {c.name} are inside cache {inside[0].name}")
-                feeds.setdefault((x, at), []).append(c)
-        self._segments, self._feeds = segments, feeds
-
-    def _drop(self, stage: MJoinStage, c: _Placed, why: str) -> None:
+    def _drop(self, stage: MJoinStage, c: Placed, why: str) -> None:
         self.placed.remove(c)
-        self._index(self.placed)
+        self._segments, self._feeds = index(self.placed)
         self._record(stage, c, "drop", why)
 
-    def _record(self, stage: MJoinStage, c: _Placed, action: str, why: str) -> None:
+    def _record(self, stage: MJoinStage, c: Placed, action: str, why: str) -> None:
         i = c.spec.pipeline
         seg = tuple(c.entities)
         change = OrderChange(() if action == "add" else seg, seg if action == "add" else (),
@@ -225,17 +112,13 @@ class MJoinCaches:
         )  # fmt: skip
 
     def check_orders(self, stage: MJoinStage) -> None:
-        """Drop the caches whose pipeline's order changed, or whose prefix invariant another
+        """Drop the caches whose pipeline's order changed, or whose maintenance another
         pipeline's new order broke (Section 4.5, step 5)."""
         for c in list(self.placed):
             now = {x: tuple(stage.reopts[x].order.tolist()) for x in c.orders}
             if now == c.orders:
                 continue
-            i = c.spec.pipeline
-            why = (
-                f"join order of {stage.names[i]} changed" if now[i] != c.orders[i]
-                else prefix_invariant_violation(_orders(stage), i, c.spec.start, c.spec.end)
-            )  # fmt: skip
+            why = still_valid(stage, c, now)
             if why:
                 self._drop(stage, c, why)
             else:
@@ -265,7 +148,7 @@ class MJoinCaches:
         pipeline where possible (the order changes no result); marks each as run."""
         after: dict[int, set[int]] = {x: set() for x in range(n)}
         for c in self.placed if self.feeders_first else ():
-            after[c.spec.pipeline].update(c.rels)
+            after[c.spec.pipeline].update(c.maintained)
         order: list[int] = []
         while len(order) < n:
             ready = [x for x in range(n) if x not in order and after[x] <= set(order)]
@@ -274,16 +157,21 @@ class MJoinCaches:
             yield x
             self._ran[x] = True
 
-    def end_epoch(self) -> None:
-        """This epoch's deletes reach the caches, before the windows free their slots."""
+    def end_epoch(self, stage: MJoinStage) -> None:
+        """This epoch's deletes reach the caches, before the windows free their slots: as
+        the changes the feeding pipelines computed (prefix-invariant caches), or by a sweep
+        for the combinations with a dying tuple (globally consistent ones, whose feeders see
+        only the combinations that join the rest of M)."""
         for c in self.placed:
+            if c.is_global and any(stage.stores[x].dying for x in c.rels):
+                c.cache.sweep(self._lifetimes(stage, c)[1])
             if c.pending:
                 keys, slots, borns = (np.concatenate(p) for p in zip(*c.pending, strict=True))
                 c.cache.delete(keys, slots, borns)
                 c.pending = []
 
-    def _fresh_below(self, c: _Placed) -> int:
-        waiting = [int(self._first_insert[x]) for x in c.rels if not self._ran[x]]
+    def _fresh_below(self, c: Placed) -> int:
+        waiting = [int(self._first_insert[x]) for x in c.maintained if not self._ran[x]]
         return min(waiting, default=NEVER)
 
     # -- the pipeline hooks -------------------------------------------------------------------
@@ -294,12 +182,10 @@ class MJoinCaches:
         self.check_orders(stage)
         return any(key[0] == i for key in (*self._segments, *self._feeds))
 
-    def segment_at(self, i: int, k: int) -> _Placed | None:
+    def segment_at(self, i: int, k: int) -> Placed | None:
         return self._segments.get((i, k))
 
-    def lookup(
-        self, stage: MJoinStage, c: _Placed, delta: Batch, gen: np.ndarray, run: _Run
-    ) -> int:
+    def lookup(self, stage: MJoinStage, c: Placed, delta: Batch, gen: np.ndarray, run: _Run) -> int:
         """CacheLookup: bind the segment's inputs for every intermediate result, from the
         cache or computed for the keys that miss (then cached); the position after it."""
         pipe = stage.pipelines[c.spec.pipeline]
@@ -329,7 +215,7 @@ class MJoinCaches:
         return c.spec.end + 1
 
     def _segment(
-        self, stage: MJoinStage, c: _Placed, keys: np.ndarray, first: np.ndarray
+        self, stage: MJoinStage, c: Placed, keys: np.ndarray, first: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """The segment's combinations for each key row: (key row, slots per input of
         ``rels``), key rows in order, every combination alive at some number from ``first``
@@ -374,8 +260,9 @@ class MJoinCaches:
         slots: np.ndarray, run: _Run,
     ) -> None:  # fmt: skip
         """CacheUpdate before position k of pipeline i: its intermediate results are the
-        changes of the segments of the caches it feeds there (prefix invariant). Inserts
-        reach the caches now, deletes at the epoch's end."""
+        changes of the join of the maintaining set M of the caches it feeds there; their
+        segment's part is inserted now (once: globally consistent caches project M's
+        combinations onto X, which repeats them), deleted at the epoch's end."""
         for c in self._feeds.get((i, k), ()):
             if not len(run.origin):
                 return
@@ -398,11 +285,11 @@ class MJoinCaches:
                 axis=1,
             )
             ins = delta.sign[side.origin] == INSERT
-            c.cache.insert(keys[ins], combos[ins], borns[ins], self.epoch)
-            if not ins.all():
+            c.cache.insert(keys[ins], combos[ins], borns[ins], self.epoch, unique=c.is_global)
+            if not ins.all() and not c.is_global:
                 c.pending.append((keys[~ins], combos[~ins], borns[~ins]))
 
-    def _lifetimes(self, stage: MJoinStage, c: _Placed) -> tuple[tuple[np.ndarray, ...], ...]:
+    def _lifetimes(self, stage: MJoinStage, c: Placed) -> tuple[tuple[np.ndarray, ...], ...]:
         return (tuple(stage.stores[x].born for x in c.rels),
                 tuple(stage.stores[x].died for x in c.rels))  # fmt: skip
 
@@ -427,17 +314,6 @@ class MJoinCaches:
             "cache_changes_total": self.plan_changes.total,
             "recent_cache_changes": self.plan_changes.entries(),
         }
-
-
-def _orders(stage: MJoinStage) -> Orders:
-    """Each pipeline's order as input indices."""
-    return orders_of(stage.pipelines, [r.order.tolist() for r in stage.reopts])
-
-
-def _segment_name(stage: MJoinStage, s: CacheSpec) -> str:
-    order = _orders(stage)[s.pipeline]
-    names = [stage.names[x] for x in order[s.start : s.end + 1]]
-    return f"{stage.names[s.pipeline]}:{s.start}-{s.end}[{','.join(names)}]"
 
 
 def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

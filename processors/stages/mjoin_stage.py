@@ -40,7 +40,8 @@ from processors.core.ordering.reoptimizers import OrderChange, Reoptimizer, make
 from processors.stages.base import StageBase
 from processors.stages.idleness import Idleness
 from processors.stages.join_store import WindowStore, join_keys
-from processors.stages.mjoin_caches import CacheSpec, MJoinCaches
+from processors.stages.mjoin_cache_plan import CacheSpec
+from processors.stages.mjoin_caches import MJoinCaches
 from processors.stages.mjoin_profile import profile_dropped, profile_samples
 from processors.stages.mjoin_state import load_mjoin_state, mjoin_state
 from processors.stages.plan_changes import PlanChanges
@@ -233,7 +234,7 @@ class MJoinStage(StageBase):
                     out = self._pipeline(i, part.take(chunk), gens[i][chunk], slots[chunk])
                     if out is not None:
                         results.append(out)
-        self.caches.end_epoch()
+        self.caches.end_epoch(self)
         for store in self.stores:
             store.remove_dying()
         return results

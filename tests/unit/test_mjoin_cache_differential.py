@@ -32,7 +32,7 @@ from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.reoptimizers import make_reoptimizer
 from processors.core.plan import Window
 from processors.stages import mjoin_stage
-from processors.stages.mjoin_caches import CacheSpec
+from processors.stages.mjoin_cache_plan import CacheSpec
 from processors.stages.mjoin_stage import MJoinStage
 from processors.stages.shape_stages import RowIds
 from processors.stages.window_stage import WindowStage
