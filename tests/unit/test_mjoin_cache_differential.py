@@ -11,6 +11,7 @@ tuple (maintenance, not the ``born`` check, keeps caches clean: ``unlinked`` sta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ from test_mjoin_differential import (
 )
 
 from processors.core.batch import Batch
-from processors.core.caching.candidates import orders_of, prefix_candidates
+from processors.core.caching.candidates import global_candidates, orders_of, prefix_candidates
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.reoptimizers import make_reoptimizer
 from processors.core.plan import Window
@@ -63,22 +64,34 @@ def set_orders(stage: MJoinStage, rng: np.random.Generator, config: OrderingConf
         stage.reopts[i] = make_reoptimizer(pipe.size, config, order, list(pipe.parent))
 
 
-def candidates(stage: MJoinStage) -> list[CacheSpec]:
+def candidates(stage: MJoinStage, consistent: bool = False) -> list[CacheSpec]:
     """Every segment of every pipeline that satisfies the prefix invariant, single operators
-    included (the candidate enumeration of :mod:`processors.core.caching.candidates`)."""
+    included, and with ``consistent`` every globally-consistent one whose maintaining set
+    leaves out the pipeline's own input (the enumeration of
+    :mod:`processors.core.caching.candidates`)."""
     orders = orders_of(stage.pipelines, [r.order.tolist() for r in stage.reopts])
-    found = prefix_candidates(stage.graph, orders, min_length=1).caches
-    return [CacheSpec(c.pipeline, c.start, c.end) for c in found]
+    found = list(prefix_candidates(stage.graph, orders, min_length=1).caches)
+    if consistent:
+        found += global_candidates(stage.graph, orders, root_in_y=False)
+    return [CacheSpec(c.pipeline, c.start, c.end, consistency=c.kind) for c in found]
 
 
-def non_overlapping(specs: list[CacheSpec], rng: np.random.Generator) -> list[CacheSpec]:
-    """A random set of candidates, no two overlapping in one pipeline, no update point inside
-    another cache (use_caches refuses those)."""
-    chosen: list[CacheSpec] = []
+def non_overlapping(
+    join: MJoinStage, specs: list[CacheSpec], rng: np.random.Generator, buckets: int = 4096,
+    chosen: list[CacheSpec] | None = None,
+) -> list[CacheSpec]:  # fmt: skip
+    """Forces a random set of the candidates that the join accepts together (no two
+    overlapping in a pipeline, no update point inside another cache), after ``chosen``;
+    returns it."""
+    chosen = list(chosen or [])
     for s in rng.permutation(len(specs)).tolist():
         c = specs[s]
-        if all(d.pipeline != c.pipeline or d.end < c.start or c.end < d.start for d in chosen):
-            chosen.append(c)
+        try:
+            join.use_caches([*chosen, replace(c, buckets=buckets)])
+            chosen.append(replace(c, buckets=buckets))
+        except ValueError:
+            continue
+    join.use_caches(chosen)
     return chosen
 
 
@@ -138,6 +151,7 @@ def restored(join: MJoinStage) -> MJoinStage:
 def check(
     seed: int, n: int, graph: str, pick: int | None, release_p: float, buckets: int,
     slice_size: int, feeders_first: bool = True, snapshot: bool = False,
+    consistent: bool = False,
 ) -> MJoinStage | None:  # fmt: skip
     """One random workload with caches forced (candidate ``pick``, or a random
     non-overlapping set when None); the join, or None when no candidate exists."""
@@ -149,11 +163,18 @@ def check(
     preds = graph_predicates(graph, n, rng)
     join = MJoinStage([f"s{i}" for i in range(n)], preds, FIXED)
     set_orders(join, rng, FIXED)
-    specs = candidates(join)
+    specs = candidates(join, consistent)
     if not specs:
         return None
-    chosen = [specs[pick % len(specs)]] if pick is not None else non_overlapping(specs, rng)
-    join.use_caches([CacheSpec(c.pipeline, c.start, c.end, buckets) for c in chosen])
+    if consistent and pick is not None:  # one globally-consistent cache alone
+        specs = [s for s in specs if s.consistency == "global"]
+    if not specs:
+        return None
+    if pick is not None:
+        chosen = [replace(specs[pick % len(specs)], buckets=buckets)]
+        join.use_caches(chosen)
+    else:
+        chosen = non_overlapping(join, specs, rng, buckets)
     join.caches.feeders_first = feeders_first
     expected = naive_join(
         [oracle_deltas(s, w) for s, w in zip(streams, windows, strict=True)], preds
@@ -236,3 +257,68 @@ def test_a_restored_join_with_caches_equals_the_naive_join(
 ) -> None:  # fmt: skip
     """Snapshot and restore mid-stream: the caches are not in the snapshot and start empty."""
     check(seed, n, graph, None, release_p, buckets, slice_size, feeders_first, snapshot=True)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pick=st.integers(0, 1000), **RUNS)
+def test_globally_consistent_caches_equal_the_naive_join(
+    seed: int, n: int, graph: str, pick: int, release_p: float, buckets: int, slice_size: int,
+    feeders_first: bool,
+) -> None:  # fmt: skip
+    """Section 6's caches (X whose inputs break the prefix invariant, maintained by the
+    smallest superset that keeps it) alone when ``pick`` is even, else among others."""
+    check(seed, n, graph, None if pick % 2 else pick // 2, release_p, buckets, slice_size,
+          feeders_first, consistent=True)  # fmt: skip
+
+
+# orders (by input) under which a segment X of pipeline 0 or 3 breaks the prefix invariant and
+# its smallest prefix-invariant superset M leaves out the pipeline's own input
+GLOBAL_SETUPS = {
+    # natural 4-way: X = {s1, s2} in s3's pipeline, M = {s0, s1, s2}
+    "natural": ({0: [1, 2, 3], 1: [0, 2, 3], 2: [0, 1, 3]}, [(3, [0, 1, 2], 1, 2),
+                                                           (3, [1, 2, 0], 0, 1)]),
+    # chain s0-s1-s2-s3: X = {s2, s3} in s0's pipeline, M = {s1, s2, s3}
+    "chain": ({1: [2, 3, 0], 2: [1, 3, 0], 3: [2, 1, 0]}, [(0, [1, 2, 3], 1, 2)]),
+}  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    graph=st.sampled_from(sorted(GLOBAL_SETUPS)),
+    which=st.integers(0, 1),
+    with_prefix=st.booleans(),
+    release_p=st.sampled_from([1.0, 0.3, 0.0]),
+    buckets=st.sampled_from([1, 4, 4096]),
+    feeders_first=st.booleans(),
+)
+def test_a_globally_consistent_cache_of_a_4_way_join_equals_the_naive_join(
+    seed: int, graph: str, which: int, with_prefix: bool, release_p: float, buckets: int,
+    feeders_first: bool,
+) -> None:  # fmt: skip
+    n = 4
+    rng = np.random.default_rng(seed)
+    streams = [raw_stream(rng, int(rng.integers(8, 20)), int(rng.integers(2, 4))) for _ in range(n)]
+    windows = [random_window(rng, unbounded=False) for _ in range(n)]
+    preds = predicates(graph, n)
+    join = MJoinStage([f"s{i}" for i in range(n)], preds, FIXED)
+    orders, caches = GLOBAL_SETUPS[graph]
+    pipeline, order, start, end = caches[which % len(caches)]
+    for i, inputs in [*orders.items(), (pipeline, order)]:
+        pipe = join.pipelines[i]
+        entities = [pipe.inputs.index(x) for x in inputs]
+        join.reopts[i] = make_reoptimizer(pipe.size, FIXED, entities, list(pipe.parent))
+    chosen = [CacheSpec(pipeline, start, end, buckets, "global")]
+    if with_prefix:  # prefix-invariant ones beside it, where they fit
+        chosen = non_overlapping(join, candidates(join), rng, buckets, chosen)
+    join.use_caches(chosen)
+    join.caches.feeders_first = feeders_first
+    assert join.caches.placed[0].is_global
+    expected = naive_join(
+        [oracle_deltas(s, w) for s, w in zip(streams, windows, strict=True)], preds
+    )
+    batches, join = feed(streams, windows, join, rng, release_p)
+    got = result_counter(batches, [["a", "b", "c"]] * n, [f"s{i}." for i in range(n)])
+    assert got == expected, f"{chosen}: " + _diff(got, expected)
+    assert join.caches.invalid_refs(join) == 0
+    assert all(c.cache.unlinked == 0 for c in join.caches.placed)
