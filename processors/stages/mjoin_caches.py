@@ -1,15 +1,15 @@
-"""Subresult caches inside the pipelines of an MJoin (A-Caching, Babu et al., Sections 3.2-3.3
-and 4.5), exact in the stage's epoch model.
+"""Subresult caches inside the pipelines of an MJoin (A-Caching, Babu et al., Sections 3.2-3.3,
+4.5 and 6), exact in the stage's epoch model.
 
-A cache sits on a segment of positions ``start..end`` of pipeline i's drop-probing order; its
-key is the equivalence classes shared by the segment's inputs and those before it (the root
-and the earlier positions: Section 3.2's K_ijk). A CacheLookup before the segment probes it
-with every intermediate result's key: a hit binds the cached combinations of the segment's
-inputs and skips its probes; for the misses the segment is computed once per distinct key and
-becomes the key's entry (create). Every caches must satisfy the prefix invariant
-(Definition 3.2): the first |S| - 1 probes of each segment input's own pipeline join the other
-segment inputs, so that pipeline's intermediate results there are the segment's changes, which
-its CacheUpdate turns into insert/delete calls.
+A cache sits on a segment X of pipeline i's drop-probing order, keyed by the equivalence
+classes linking X to the inputs before it (:mod:`processors.stages.mjoin_cache_plan`). A
+CacheLookup before the segment probes it with every intermediate result's key: a hit binds
+the cached combinations of X's inputs and skips its probes; for the misses the segment is
+computed once per distinct key and becomes the key's entry (create). The pipelines of the
+cache's maintaining set M (X itself under the prefix invariant, Definition 3.2; the smallest
+prefix-invariant superset for a globally-consistent cache, Section 6) have, after their first
+|M| - 1 probes, the changes of M's join; their CacheUpdate turns them into insert/delete calls
+(a globally-consistent cache takes their part on X, once).
 
 Exactness. An MJoin epoch stores all its inserts first, marks its deletes, then runs each
 pipeline over all its deltas at once, a probe for the delta numbered ``g`` seeing the tuples
@@ -19,26 +19,31 @@ with ``born < g < died`` (:mod:`processors.stages.mjoin_stage`). Caches keep tha
   combinations of the entry whose tuples are all alive at ``g``, so one entry answers deltas
   of any sequence number, and deletes need no immediate maintenance;
 - an entry is created from the windows as they are during the epoch, with every combination
-  that is alive at some number from its first probing delta on (not only at that delta), so
-  it already holds every combination with a tuple inserted in this epoch: an entry remembers
-  its epoch and this epoch's inserts do not reach it (they would be there twice);
+  of X that is alive at some number from its first probing delta on (not only at that delta),
+  so it already holds every combination with a tuple inserted in this epoch: an entry
+  remembers its epoch and this epoch's inserts do not reach it (they would be there twice);
 - an entry of an earlier epoch misses the combinations of this epoch's inserts until their
-  pipelines have run; it answers only deltas numbered below the first insert of a segment
-  input whose pipeline has not run yet (else the probe counts as a miss and the entry is
-  computed again). Pipelines run feeders first where the caches allow it
-  (:meth:`MJoinCaches.pipelines`), which changes no result: results are put in sequence order;
-- deletes are applied at the epoch's end, before the windows free the slots: each combination
-  cached with a dying tuple is found by the delete of its first dying tuple (all its others
-  are alive then), so no reference to a freed slot survives into the next epoch, where the
-  slot may be reused. References carry ``born``, so a reference that did survive would be
-  recognised and skipped (``unlinked`` in the stats, 0 when maintenance is exact).
+  pipelines have run; it answers only deltas numbered below the first insert of an input of M
+  whose pipeline has not run yet (else the probe counts as a miss and the entry is computed
+  again). Pipelines run feeders first where the caches allow it (:meth:`MJoinCaches.pipelines`),
+  which changes no result: results are put in sequence order;
+- deletes are applied at the epoch's end, before the windows free the slots: under the prefix
+  invariant each combination cached with a dying tuple is found by the delete of its first
+  dying tuple (all its others are alive then); a globally-consistent cache, whose feeders only
+  see X's combinations that join the rest of M, is swept for combinations with a dying tuple.
+  So no reference to a freed slot survives into the next epoch, where the slot may be reused.
+  References carry ``born``, so a reference that did survive would be recognised and skipped
+  (``unlinked`` in the stats, 0 when maintenance is exact).
 
-Existence-only probes inside a segment bind (a cached value is a set of complete
-combinations); a feeding pipeline expands its existence-only segment inputs on a copy of its
-intermediate results. Caches are dropped when their pipeline's join order changes
-(Section 4.5, step 5) or when another pipeline's new order breaks their prefix invariant; every
-placement and drop is reported like a join-order change. Caches are not part of snapshots:
-after a restore they start empty and are filled again by the following deltas.
+A globally-consistent entry holds X's combinations that existed when it was created or joined
+the rest of M since: a superset of those that join every other input, a subset of X's join
+(Definition 6.1), so the probes after the segment give exact results. Existence-only probes
+inside a segment bind (a cached value is a set of complete combinations); a feeding pipeline
+expands its existence-only inputs of X on a copy of its intermediate results. Caches are
+dropped when their pipeline's join order changes (Section 4.5, step 5) or when another
+pipeline's new order changes their maintenance; every placement and drop is reported like a
+join-order change. Caches are not part of snapshots: after a restore they start empty and are
+filled again by the following deltas.
 """
 
 from __future__ import annotations
