@@ -48,6 +48,8 @@ NO_TS = np.iinfo(np.int64).min
 class EagerMJoinStage(MJoinStage):
     """The MJoin of RANGE windows ``ranges_ms`` (one per input), eager (module docstring)."""
 
+    supports_caches = False  # its probes check the window condition, its purge frees slots
+
     def __init__(
         self,
         names: Sequence[str],

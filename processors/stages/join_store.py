@@ -193,6 +193,7 @@ class WindowStore:
             if isinstance(col, VarArena):
                 col.free(slots)
         self.died[slots] = ALIVE
+        self.born[slots] = ALIVE  # a free slot is never alive (cached references check born)
         self.free_slots[self.n_free : self.n_free + len(slots)] = slots
         self.n_free += len(slots)
         arenas = [c for c in self.columns.values() if isinstance(c, VarArena)]

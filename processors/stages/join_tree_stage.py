@@ -91,6 +91,7 @@ class JoinTreeStage(MJoinStage):
     rebuilt from the windows on load."""
 
     kind = "join_tree"
+    supports_caches = False  # an XJoin: its intermediate relations are stored, not cached
 
     def __init__(
         self,

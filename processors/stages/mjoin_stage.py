@@ -18,6 +18,9 @@ drop-probing is chosen by the A-Greedy machinery of the filter stage, treating e
 input (each path of the spanning tree, Section 8.2) as a filter that drops a delta when it has
 no match; the tree's precedence constraints are respected. Every order change is counted and
 reported in ``stats()`` and logged sparingly (:mod:`processors.stages.plan_changes`).
+
+Subresult caches (A-Caching, :meth:`MJoinStage.use_caches`) hook into the pipelines' probing
+loop: lookups and update points (:mod:`processors.stages.mjoin_caches`).
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ from processors.core.joins.graph import JoinGraph, Pipeline, Side
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, Reoptimizer, make_reoptimizer
-from processors.kernels.profiling import sample_rows
 from processors.stages.base import StageBase
 from processors.stages.idleness import Idleness
 from processors.stages.join_store import WindowStore, join_keys
+from processors.stages.mjoin_cache_plan import CacheSpec
+from processors.stages.mjoin_caches import MJoinCaches
+from processors.stages.mjoin_profile import profile_dropped, profile_samples
 from processors.stages.mjoin_state import load_mjoin_state, mjoin_state
 from processors.stages.plan_changes import PlanChanges
 
@@ -73,6 +78,7 @@ class MJoinStage(StageBase):
 
     kind = "mjoin"
     SNAPSHOT_VERSION = 1
+    supports_caches = True  # subresult caches (:meth:`use_caches`)
 
     def __init__(
         self,
@@ -115,6 +121,7 @@ class MJoinStage(StageBase):
         self._entity_names = [[self.names[inp] for inp in p.inputs] for p in self.pipelines]
         self.plan_changes = PlanChanges(name, "join order", log)
         self.result_columns: frozenset[str] | None = None  # None: every input column
+        self.caches = MJoinCaches(name)
 
     # -- input --------------------------------------------------------------------------------
     def input_index(self, stream: str) -> int:
@@ -206,22 +213,28 @@ class MJoinStage(StageBase):
     ) -> list[tuple[np.ndarray, Batch]]:
         """One epoch's deltas into the windows and through the pipelines: (sequence numbers,
         results) pieces, and the windows left without this epoch's deletes."""
+        born = [np.zeros(0, np.int64)] * self.n
         for i, part in enumerate(parts):
             if part is not None:
                 inserts = np.flatnonzero(part.sign == INSERT)
-                self.stores[i].insert(part.take(inserts), gens[i][inserts])
+                born[i] = self.stores[i].insert(part.take(inserts), gens[i][inserts])
         live = [
-            None if p is None else self._mark_deletes(i, p, gens[i])[0] for i, p in enumerate(parts)
+            None if p is None else self._mark_deletes(i, p, gens[i]) for i, p in enumerate(parts)
         ]
+        self.caches.begin_epoch(parts, gens)
         results = []
-        for i, (part, rows) in enumerate(zip(parts, live, strict=True)):
-            if part is not None and rows is not None and len(rows):
+        for i in self.caches.pipelines(self.n):  # 0..n-1 without caches (any order is exact)
+            part, marked = parts[i], live[i]
+            if part is not None and marked is not None and len(rows := marked[0]):
+                slots = marked[1]  # each delta's slot (for caches' updates)
+                slots[part.sign == INSERT] = born[i]
                 # slices of deltas, so that one call's intermediate results stay bounded
                 for lo in range(0, len(rows), EPOCH_SLICE):
                     chunk = rows[lo : lo + EPOCH_SLICE]
-                    out = self._pipeline(i, part.take(chunk), gens[i][chunk])
+                    out = self._pipeline(i, part.take(chunk), gens[i][chunk], slots[chunk])
                     if out is not None:
                         results.append(out)
+        self.caches.end_epoch(self)
         for store in self.stores:
             store.remove_dying()
         return results
@@ -312,8 +325,11 @@ class MJoinStage(StageBase):
             )
         return None if keep.all() else np.flatnonzero(keep)
 
-    def _pipeline(self, i: int, delta: Batch, gen: np.ndarray) -> tuple[np.ndarray, Batch] | None:
-        """Join input i's deltas with the other windows; (sequence numbers, results)."""
+    def _pipeline(
+        self, i: int, delta: Batch, gen: np.ndarray, slots: np.ndarray
+    ) -> tuple[np.ndarray, Batch] | None:
+        """Join input i's deltas (in window ``slots``) with the other windows; (sequence
+        numbers, results). Cache lookups and updates (:mod:`.mjoin_caches`) are hooked in."""
         pipe = self.pipelines[i]
         reopt = self.reopts[i]
         rows = self._self_consistent(pipe, delta)
@@ -321,31 +337,42 @@ class MJoinStage(StageBase):
             if len(rows) == 0:
                 return None
             delta, gen = delta.take(rows), gen[rows]
+            slots = slots[rows]
         m = len(delta)
         run = _Run(m)
-        samples = self._samples(m, reopt)
+        samples = profile_samples(self, m, reopt)
         dropped_at = np.full(len(samples), pipe.size, np.int64)
         costs: tuple[list[int], list[float], list[int]] = ([], [], [])
-        for k, e in enumerate(reopt.order.tolist()):
+        cached = self.caches.involved(self, i)
+        order, k, k_next = reopt.order.tolist(), 0, 0
+        while k < pipe.size:
             if len(run.origin) == 0:
                 dropped_at[dropped_at == pipe.size] = k
                 break
-            before_rows = run.alive_rows()
-            probes = len(run.origin)
-            self._probe(pipe, delta, gen, run, e)
-            self.probes[i][e] += probes
-            costs[0].append(e)
-            costs[1].append(float(probes))
-            costs[2].append(before_rows)
+            if cached:
+                self.caches.feed(self, i, k, delta, gen, slots, run)
+            if cached and (segment := self.caches.segment_at(i, k)) is not None:
+                k_next = self.caches.lookup(self, segment, delta, gen, run)
+            else:
+                e, k_next = order[k], k + 1
+                before_rows = run.alive_rows()
+                probes = len(run.origin)
+                self._probe(pipe, delta, gen, run, e)
+                self.probes[i][e] += probes
+                costs[0].append(e)
+                costs[1].append(float(probes))
+                costs[2].append(before_rows)
             if len(samples):  # origins stay sorted: a binary search per sample
                 at = np.minimum(np.searchsorted(run.origin, samples), max(len(run.origin) - 1, 0))
                 alive = (
                     run.origin[at] == samples if len(run.origin) else np.zeros(len(samples), bool)
                 )
                 dropped_at[(~alive) & (dropped_at == pipe.size)] = k
+            k = k_next
         self.costs[i].record_many(*costs)
         if len(samples):
-            self._profile(i, delta, gen, samples[dropped_at < pipe.size])
+            for change in profile_dropped(self, i, delta, gen, samples[dropped_at < pipe.size]):
+                self._report(i, change)
         for e in range(pipe.size):  # output generation
             if e not in run.bound and len(run.origin):
                 self.probes[i][e] += len(run.origin)
@@ -353,44 +380,6 @@ class MJoinStage(StageBase):
         if len(run.origin) == 0:
             return None
         return gen[run.origin], self._results(pipe, delta, run)
-
-    def _samples(self, m: int, reopt: Reoptimizer) -> np.ndarray:
-        if not reopt.profiles or self.config.p <= 0:
-            return np.zeros(0, np.int64)
-        out = np.empty(m, np.int64)
-        taken = sample_rows(m, self.config.p, 1, self._rng_state, out)
-        return out[:taken]
-
-    def _profile(self, i: int, delta: Batch, gen: np.ndarray, rows: np.ndarray) -> None:
-        """Profile tuples for dropped sampled deltas: which paths drop each (Section 8.2),
-        each path evaluated on its own, then handed to the re-optimizer."""
-        if len(rows) == 0:
-            return
-        pipe = self.pipelines[i]
-        bits = np.zeros((len(rows), pipe.size), np.uint8)
-        reach: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for e in pipe.default_order():
-            pcol, ecol = pipe.probe[e]
-            p = pipe.parent[e]
-            if p < 0:
-                origin = np.arange(len(rows), dtype=np.int64)
-                col = delta.columns[pcol]
-                keys = join_keys(col, pcol)[rows]
-            else:
-                origin, pslots = reach[p]
-                keys = self.stores[pipe.inputs[p]].keys(pcol, pslots)
-            store = self.stores[pipe.inputs[e]]
-            left, slots = store.indexes[ecol].expand(
-                store.born, store.died, keys, gen[rows][origin]
-            )
-            reach[e] = (origin[left], slots)
-            hit = np.zeros(len(rows), np.bool_)
-            hit[origin[left]] = True
-            bits[:, e] = ~hit
-        reopt = self.reopts[i]
-        changes = reopt.absorb(bits, self.clock_ms(), self.costs[i].values())
-        for change in changes:
-            self._report(i, change)
 
     def _results(self, pipe: Pipeline, delta: Batch, run: _Run) -> Batch:
         """Each combination's columns (of ``result_columns`` only, if set)."""
@@ -437,6 +426,13 @@ class MJoinStage(StageBase):
         """The latest join order changes, oldest first (as in ``stats()``)."""
         return self.plan_changes.entries()
 
+    def use_caches(self, specs: Sequence[CacheSpec | tuple[Any, ...]]) -> None:
+        """Run exactly these subresult caches from now on, each empty: ``(pipeline input,
+        first position, last position[, buckets])`` in the pipeline's current order (or
+        prefix-invariant ``Candidate``s of :mod:`processors.core.caching.candidates`);
+        ValueError if one breaks the prefix invariant (A-Caching, :mod:`.mjoin_caches`)."""
+        self.caches.force(self, specs)
+
     def orders(self) -> dict[str, list[str]]:
         """Each pipeline's current drop-probing order, by input name."""
         return {
@@ -451,13 +447,15 @@ class MJoinStage(StageBase):
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from a decoded snapshot; ``SnapshotError`` if it does not fit this stage."""
         load_mjoin_state(self, state)
+        self.caches.reset(self)  # caches are not in snapshots: they start empty
 
     def take_dead_letters(self) -> list[tuple[Batch, str]]:
         out, self.dead_letters = self.dead_letters, []
         return out
 
     def held_bytes(self) -> int:
-        return sum(s.nbytes for s in self.stores) + sum(self.waiting_bytes().values())
+        held = sum(s.nbytes for s in self.stores) + self.caches.nbytes
+        return held + sum(self.waiting_bytes().values())
 
     def _least_waited(self) -> int | None:
         """The least time shown by the inputs waited for (not idle); None: none is."""
@@ -496,4 +494,5 @@ class MJoinStage(StageBase):
             "idle_inputs": [
                 n for n, idle in zip(self.names, self.idleness.idle.tolist(), strict=True) if idle
             ],
+            **self.caches.stats(),
         }

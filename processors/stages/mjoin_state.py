@@ -20,6 +20,8 @@ A batch is ``{"columns": {name: column}, "sign": int8[m], "ts": int64[m]}`` with
 :func:`processors.stages.join_store.encode_column` writes them. Profiling statistics (profile
 windows, cost estimates) are not kept: adaptivity resumes from the current orders with fresh
 statistics. Indexes are rebuilt by re-inserting each window's tuples in their original order.
+Subresult caches (:mod:`processors.stages.mjoin_caches`) are not kept either: a cache promises
+no completeness, so the restored stage's caches start empty and fill again, results unchanged.
 """
 
 from __future__ import annotations
