@@ -141,9 +141,11 @@ class MJoinCaches:
     def begin_epoch(self, parts: Sequence[Batch | None], gens: Sequence[np.ndarray]) -> None:
         """A new epoch: its deltas are numbered and its inserts stored."""
         self.epoch += 1
+        if not self.placed:  # the uncached MJoin's per-call cost stays what it was
+            return
         self._first_insert = np.full(len(parts), NEVER, np.int64)
         for x, part in enumerate(parts):
-            if part is not None and self.placed:
+            if part is not None:
                 ins = gens[x][part.sign == INSERT]
                 self._first_insert[x] = ins.min() if len(ins) else NEVER
         self._ran = np.zeros(len(parts), np.bool_)
@@ -151,6 +153,9 @@ class MJoinCaches:
     def pipelines(self, n: int) -> Iterator[int]:
         """The pipelines in the order to run them this epoch: each cache's feeders before its
         pipeline where possible (the order changes no result); marks each as run."""
+        return self._ordered(n) if self.placed else iter(range(n))
+
+    def _ordered(self, n: int) -> Iterator[int]:
         after: dict[int, set[int]] = {x: set() for x in range(n)}
         for c in self.placed if self.feeders_first else ():
             after[c.spec.pipeline].update(c.maintained)

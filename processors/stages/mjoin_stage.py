@@ -227,7 +227,8 @@ class MJoinStage(StageBase):
             part, marked = parts[i], live[i]
             if part is not None and marked is not None and len(rows := marked[0]):
                 slots = marked[1]  # each delta's slot (for caches' updates)
-                slots[part.sign == INSERT] = born[i]
+                if self.caches.placed:
+                    slots[part.sign == INSERT] = born[i]
                 # slices of deltas, so that one call's intermediate results stay bounded
                 for lo in range(0, len(rows), EPOCH_SLICE):
                     chunk = rows[lo : lo + EPOCH_SLICE]
