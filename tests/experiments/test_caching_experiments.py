@@ -1,0 +1,28 @@
+"""A-Caching's single-cache experiments (processors/experiments/caching.py, Sect. 7.2 Figs. 6-8):
+each writes its CSV and PNGs, every variant gives the same results on every point (the module
+raises otherwise), and the forced cache is really used (hits on every point)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processors.experiments import all_experiments
+from processors.experiments.caching import EXPERIMENTS, Point, measure, run_experiment
+from processors.experiments.plotting import read_csv
+
+
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_experiment_writes_csv_and_pngs(name: str, tmp_path: Path) -> None:
+    paths = run_experiment(name, tmp_path, scale=0.05)
+    assert [p.suffix for p in paths] == [".csv", ".png", ".png"]
+    rows = read_csv(paths[0])
+    assert rows and all(float(r["hits"]) > 0 and float(r["Cached"]) > 0 for r in rows)
+    assert name in all_experiments()
+
+
+def test_results_grow_with_the_selectivity_as_the_workload_says() -> None:
+    """Every ΔT tuple (insert and delete) meets m R ⋈ S tuples once its partners are in."""
+    one, four = measure(Point(m_r=1), 800), measure(Point(m_r=4), 800)
+    assert four["results"] == 4 * one["results"] > 0
