@@ -76,6 +76,13 @@ class WorkerProcess:
         with urllib.request.urlopen(info["status_url"], timeout=timeout) as response:
             return json.loads(response.read())
 
+    def metrics(self, timeout: float = 5.0) -> str:
+        """The worker's Prometheus endpoint (``/metrics``), as text."""
+        info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
+        url = info["status_url"].replace("/streamon/status", "/metrics")
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.read().decode()
+
     def held_partitions(self, topic: str) -> set[int]:
         """The partitions of ``topic`` the worker's consumer holds now (its status page)."""
         held = set()

@@ -12,12 +12,16 @@ instead; under three quarters of the limit, or once nothing of that input waits,
 The input being waited for is never paused, so it can catch up; state that no pause can
 shrink (windows of inputs level in time) is reported, not dropped. Every pause and release is
 logged and becomes a plan-change event on the status page.
+
+The heap's housekeeping lives here too: ``trim_heap`` gives freed memory back to the system,
+``freeze_heap`` keeps full collections short.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -168,3 +172,20 @@ class MemoryLimit:
             "paused": sorted(f"{stream}[{p}]" for _, stream, p in self.paused),
             "pauses_total": self.pauses_total,
         }
+
+
+def freeze_heap(collect: bool = True) -> None:
+    """Move every object to the permanent generation (``gc.freeze``), after a full collection
+    with ``collect``: full collections then walk only what was made since. A frozen object
+    dropped later is still freed by reference counting, unless it is part of a reference
+    cycle (start-up's objects mostly live as long as the process).
+
+    Only the freeze before the app starts collects: once input flows, a full collection of
+    the records in flight stopped the worker for up to 0.9 s (``streamon bench latency``),
+    while a freeze alone moves lists and takes microseconds."""
+    started = time.perf_counter()
+    if collect:
+        gc.collect()
+    gc.freeze()
+    log.info("froze %d objects in %.1f ms", gc.get_freeze_count(),
+             (time.perf_counter() - started) * 1000)  # fmt: skip

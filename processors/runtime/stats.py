@@ -7,6 +7,7 @@ record; the same figures (cumulative) feed the worker's status endpoint.
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections import deque
@@ -19,6 +20,8 @@ from topics.avro import encode_single_object, load_schema
 STATS_SCHEMA = "stats"
 #: Stats records a worker keeps for its status page (a minute of reports of a few agents)
 RECENT_RECORDS = 600
+#: upper bounds (seconds) of the output latency histogram's buckets (/metrics); +Inf follows
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 @dataclass
@@ -44,6 +47,8 @@ class AgentStats:
     latency_n: int = 0
     latency_s_max: float = 0.0
     latency_s_window_max: float = 0.0  # since the last Stats record
+    #: outputs per latency bucket (LATENCY_BUCKETS_S, then +Inf), not cumulative
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
     #: next offset to process, per input partition (for backlog = high watermark - position)
     positions: dict[int, int] = field(default_factory=dict)
     #: agents that read several topics (an MJoin): next offset per (topic, partition), which
@@ -78,6 +83,7 @@ class AgentStats:
         self.latency_n += 1
         self.latency_s_max = max(self.latency_s_max, seconds)
         self.latency_s_window_max = max(self.latency_s_window_max, seconds)
+        self.latency_buckets[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
 
     def backlog(self, pending_messages: int) -> tuple[int, int]:
         """Estimated (tuples, bytes) in ``pending_messages`` not yet processed input messages."""
@@ -103,6 +109,9 @@ class AgentStats:
             "dead_letters": self.dead_letters,
             "latency_ms_avg": 1000 * self.latency_s_sum / self.latency_n if self.latency_n else 0.0,
             "latency_ms_max": 1000 * self.latency_s_max,
+            "latency_s_sum": self.latency_s_sum,
+            "latency_buckets": list(self.latency_buckets),
+            "messages_in": self.messages_in,
             "positions": dict(self.positions),
             "plan": self.plan(),
             **({} if self.memory is None else {"memory": self.memory()}),

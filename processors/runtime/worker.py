@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import json
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,10 +28,16 @@ from processors.core.plan import LogicalPlan
 from processors.physical.build import chain_factory, stage_factory
 from processors.physical.compiler import compile_plan
 from processors.physical.steps import SINK_AGENT, PhysicalPlan
-from processors.runtime import quiet_logs
+from processors.runtime import metrics, quiet_logs
 from processors.runtime.agents import add_sink_agent, backlog_of
 from processors.runtime.arbiter import Arbiter
-from processors.runtime.backpressure import CHECK_EVERY_S, TRIM_EVERY_S, MemoryLimit, trim_heap
+from processors.runtime.backpressure import (
+    CHECK_EVERY_S,
+    TRIM_EVERY_S,
+    MemoryLimit,
+    freeze_heap,
+    trim_heap,
+)
 from processors.runtime.context import AgentContext, stop_worker
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
@@ -308,9 +312,8 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
 
     cost_model = LiveExplain(plan)  # the cost model on this worker's own statistics
 
-    @app.page("/streamon/status")
-    async def status_page(web: Any, request: Any) -> Any:
-        body = {
+    def status_body() -> dict[str, Any]:
+        return {
             **status,
             "stats": board.snapshot(backlog),
             "scheduling": scheduling.snapshot(),
@@ -319,7 +322,15 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             "exactly_once": None if eo is None else eo.stats(),
             "state": None if snapshots is None else {**snapshots.stats(), **restorer.stats()},
         }
-        return web.json(body)
+
+    @app.page("/streamon/status")
+    async def status_page(web: Any, request: Any) -> Any:
+        return web.json(status_body())
+
+    @app.page("/metrics")  # the same figures for Prometheus (processors.runtime.metrics)
+    async def metrics_page(web: Any, request: Any) -> Any:
+        body = metrics.render(status_body())  # aiohttp refuses a charset in content_type=
+        return web.bytes(body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     @app.page("/streamon/explain")
     async def explain_page(web: Any, request: Any) -> Any:
@@ -396,23 +407,6 @@ def _add_step_agents(
         result_partitions=plan.result_partitions or 1,
         stamp=SharesStamp.of(plan, ctx.shedding.kept_fraction),
     )
-
-
-def freeze_heap(collect: bool = True) -> None:
-    """Move every object to the permanent generation (``gc.freeze``), after a full collection
-    with ``collect``: full collections then walk only what was made since. A frozen object
-    dropped later is still freed by reference counting, unless it is part of a reference
-    cycle (start-up's objects mostly live as long as the process).
-
-    Only the freeze before the app starts collects: once input flows, a full collection of
-    the records in flight stopped the worker for up to 0.9 s (``streamon bench latency``),
-    while a freeze alone moves lists and takes microseconds."""
-    started = time.perf_counter()
-    if collect:
-        gc.collect()
-    gc.freeze()
-    log.info("froze %d objects in %.1f ms", gc.get_freeze_count(),
-             (time.perf_counter() - started) * 1000)  # fmt: skip
 
 
 def _warmed(make: Callable[[int], Any]) -> Callable[[int], Any]:

@@ -15,9 +15,11 @@ import time
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from broker_helpers import stats_records
+from prometheus_client.parser import text_string_to_metric_families
 
 from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.publish import publish_batch
@@ -114,6 +116,30 @@ def diagnose(worker: WorkerProcess) -> str:
     return f"agents (in, out, dead letters): {counts}\n{worker.log_tail(60)}"
 
 
+def scrape(worker: WorkerProcess) -> dict[str, Any]:
+    """The worker's /metrics, parsed by prometheus_client's own parser: family by name."""
+    return {f.name: f for f in text_string_to_metric_families(worker.metrics())}
+
+
+def sample(families: dict[str, Any], name: str, **labels: str) -> list[float]:
+    """Values of the samples ``name`` (with ``_total`` etc.) whose labels include ``labels``."""
+    return [
+        s.value
+        for f in families.values()
+        for s in f.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]
+
+
+def filter_orders(families: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """The filter's order in force per partition from /metrics: (first predicate, version)."""
+    return {
+        s.labels["partition"]: (json.loads(s.labels["order"])[0], int(s.labels["version"]))
+        for s in families["streamon_plan_order_info"].samples
+        if s.labels["agent"] == "filter"
+    }
+
+
 def test_filter_query_is_exact_and_reorders_when_selectivities_change(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
@@ -140,6 +166,15 @@ def test_filter_query_is_exact_and_reorders_when_selectivities_change(
         assert_led_by(after1, A)
         changes1 = {p: s["changes_total"] for p, s in after1.items()}
         assert all(n >= 1 for n in changes1.values()), changes1  # declared order was C, B, A
+        # /metrics says the same, to Prometheus's own parser: counters, orders, latency
+        scraped1 = scrape(worker)
+        assert scraped1["streamon_agent_tuples_in"].type == "counter"
+        assert scraped1["streamon_agent_output_latency_seconds"].type == "histogram"
+        assert scraped1["streamon_plan_order_info"].type == "gauge"
+        (seen_in,) = sample(scraped1, "streamon_agent_tuples_in_total", agent="filter")
+        assert 0 < seen_in <= PHASE
+        assert filter_orders(scraped1) == {p: (A, changes1[p]) for p in map(str, range(PARTITIONS))}
+        assert sum(sample(scraped1, "streamon_agent_output_latency_seconds_count")) > 0
 
         # phase 2: B drops most tuples, A almost none
         publish_batch(bootstrap, topic, second, schema)
@@ -155,6 +190,13 @@ def test_filter_query_is_exact_and_reorders_when_selectivities_change(
         for s in after2.values():
             totals.update({"in": s["tuples_in"], "out": s["tuples_out"]})
         assert totals == Counter({"in": 2 * PHASE, "out": want})
+        scraped2 = scrape(worker)  # the counters grew, the order and its version moved on
+        assert sample(scraped2, "streamon_agent_tuples_in_total", agent="filter") == [2 * PHASE]
+        assert sample(scraped2, "streamon_agent_tuples_out_total", agent="filter") == [want]
+        assert filter_orders(scraped2) == {p: (B, s["changes_total"]) for p, s in after2.items()}
+        assert sum(sample(scraped2, "streamon_plan_order_changes_total")) == sum(
+            s["changes_total"] for s in after2.values()
+        )
 
         time.sleep(2.0)  # let any duplicate land before counting exactly
         out = read_topic(bootstrap, result)
