@@ -67,6 +67,7 @@ def _broker(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     from processors.commands.queries import load_plan
+    from processors.runtime.web_auth import ENV_WEB_TOKEN
     from processors.runtime.worker import WorkerOptions, run_worker
 
     settings = load_settings()
@@ -75,6 +76,8 @@ def _worker(args: argparse.Namespace) -> int:
         bootstrap=resolve_bootstrap(settings),
         state_dir=settings.state_dir,
         web_port=args.web_port,
+        web_host=args.web_host,
+        web_token=os.environ.get(ENV_WEB_TOKEN) or None,
         session_timeout_s=settings.session_timeout_s,
         registry_url=settings.schema_registry_url,
     )
@@ -205,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--catalog", default=None, help="a .cql file of CREATE STREAMs")
     worker.add_argument("--id", default=None, help="worker id (default: host-pid)")
     worker.add_argument("--web-port", type=int, default=0, help="status endpoint port (0: free)")
+    worker.add_argument("--web-host", default="127.0.0.1", help="address the status and metrics "
+                        "endpoints listen on (default loopback; with STREAMON_WEB_TOKEN set, "
+                        "requests need it as a bearer token)")  # fmt: skip
     worker.add_argument(
         "--reset-state",
         action="store_true",

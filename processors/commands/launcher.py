@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from processors.runtime.web_auth import ENV_WEB_TOKEN
 from topics.admin import TopicError, high_watermarks
 
 
@@ -73,14 +74,14 @@ class WorkerProcess:
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The worker's JSON status endpoint."""
         info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
-        with urllib.request.urlopen(info["status_url"], timeout=timeout) as response:
+        with urllib.request.urlopen(_request(info["status_url"]), timeout=timeout) as response:
             return json.loads(response.read())
 
     def metrics(self, timeout: float = 5.0) -> str:
         """The worker's Prometheus endpoint (``/metrics``), as text."""
         info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
         url = info["status_url"].replace("/streamon/status", "/metrics")
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(_request(url), timeout=timeout) as response:
             return response.read().decode()
 
     def held_partitions(self, topic: str) -> set[int]:
@@ -138,3 +139,10 @@ def wait_for_count(
                 )
         time.sleep(0.3)
     return seen
+
+
+def _request(url: str) -> urllib.request.Request:
+    """A GET of a worker's endpoint, with the bearer token if STREAMON_WEB_TOKEN is set."""
+    token = os.environ.get(ENV_WEB_TOKEN)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return urllib.request.Request(url, headers=headers)

@@ -160,7 +160,8 @@ def _port_in_use(port: int) -> bool:
     return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port free on loopback now (the broker's, a worker's web endpoint)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((_HOST, 0))
         return int(sock.getsockname()[1])
@@ -305,7 +306,7 @@ def start_broker(
             port_choices = [port] if port is not None else []
         # A picked free port can be taken before tansu binds it (tansu then exits, with status 0).
         for attempt in range(3 if port is None else 1):
-            chosen = port_choices[attempt] if attempt < len(port_choices) else _free_port()
+            chosen = port_choices[attempt] if attempt < len(port_choices) else free_port()
             bootstrap = f"{_HOST}:{chosen}"
             if advertised_port is not None:
                 bootstrap = f"{_HOST}:{advertised_port}"

@@ -38,6 +38,7 @@ from processors.runtime.backpressure import (
     freeze_heap,
     trim_heap,
 )
+from processors.runtime.broker import free_port
 from processors.runtime.context import AgentContext, stop_worker
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.deadletter import DeadLetters
@@ -56,6 +57,7 @@ from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stateful import add_stateful_agent
 from processors.runtime.stats import StatsBoard
+from processors.runtime.web_auth import check_exposure, guarded
 from topics.columnar import RecordCodec
 from topics.envelope import decode_batch, encode_batch
 from topics.specs import TopicSpec
@@ -89,6 +91,10 @@ class WorkerOptions:
     state_dir: Path
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     web_port: int | None = None  # None: no web endpoint; 0: pick a free port
+    #: where the web endpoints listen: loopback unless told (``--web-host``); with
+    #: ``web_token`` every request needs it as a bearer token (processors.runtime.web_auth)
+    web_host: str = "127.0.0.1"
+    web_token: str | None = None
     session_timeout_s: float = 6.0
     stats_interval_s: float = 1.0
     registry_url: str | None = None
@@ -157,8 +163,8 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         bulk_topics=[s.topic for s in plan.streams] + bulk_stage_topics + [STATS_TOPIC],
         web_enabled=options.web_port is not None,
         web_port=options.web_port or 6066,
-        web_bind="127.0.0.1",
-        web_host="127.0.0.1",
+        web_bind=options.web_host,
+        web_host=options.web_host,
         fetch_wait_ms=options.fetch_wait_ms,
         **faust_settings(options.bootstrap, datadir, options.session_timeout_s, options.kafka),
     )
@@ -303,6 +309,8 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         except Exception:
             log.exception("worker %s: statistics not published this time", options.worker_id)
 
+    check_exposure(options.web_host, options.web_token)
+    guard = guarded(options.web_token)
     status = {
         "worker_id": options.worker_id,
         "query": plan.name,
@@ -324,19 +332,23 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         }
 
     @app.page("/streamon/status")
+    @guard
     async def status_page(web: Any, request: Any) -> Any:
         return web.json(status_body())
 
     @app.page("/metrics")  # the same figures for Prometheus (processors.runtime.metrics)
+    @guard
     async def metrics_page(web: Any, request: Any) -> Any:
         body = metrics.render(status_body())  # aiohttp refuses a charset in content_type=
         return web.bytes(body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     @app.page("/streamon/explain")
+    @guard
     async def explain_page(web: Any, request: Any) -> Any:
         return web.json(cost_model.of(board.recent))
 
     @app.page("/streamon/plan")
+    @guard
     async def plan_page(web: Any, request: Any) -> Any:
         return web.json(status["plan"])
 
@@ -438,12 +450,6 @@ def _assignment(app: BulkApp) -> list[str]:
         return []
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _resolved(plan: LogicalPlan, options: WorkerOptions) -> LogicalPlan:
     """``plan`` with its input topics made (as declared) and their real partition counts."""
     from topics.admin import ensure_topics, partition_counts
@@ -475,7 +481,8 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     freeze_heap()
     info = options.state_dir / "workers" / f"{options.worker_id}.json"
     info.parent.mkdir(parents=True, exist_ok=True)
-    web = f"http://127.0.0.1:{options.web_port}/streamon/status" if options.web_port else None
+    host = "127.0.0.1" if options.web_host in ("0.0.0.0", "::") else options.web_host
+    web = f"http://{host}:{options.web_port}/streamon/status" if options.web_port else None
     info.write_text(
         json.dumps({"worker_id": options.worker_id, "pid": os.getpid(), "status_url": web})
     )

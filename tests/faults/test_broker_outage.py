@@ -20,8 +20,7 @@ from faults_helpers import (
 from tcp_proxy import CuttableProxy
 
 from processors.commands.launcher import wait_for_count
-from processors.runtime.broker import start_broker, stop_broker
-from processors.runtime.worker import free_port
+from processors.runtime.broker import free_port, start_broker, stop_broker
 from processors.workloads.examples import reading_columns
 
 CUT_S = 60.0
