@@ -8,14 +8,15 @@ itself only runs its pipelines.
 - Profiler (Appendix A). d_ij and c_ij: a fraction of each pipeline's deltas is run once more
   through the whole pipeline without caches, one vectorized pass per batch, counting the tuples
   that reach each operator (delta_j, per delta with ``bincount``) and the time each operator
-  spends (tau_j, the operator's batch time shared over the deltas by their tuples in and out;
-  or, with ``cache_metric = "tuples"``, the tuples in and out themselves: deterministic).
+  spends (with ``cache_metric = "tuples"``, the default, the tuples in and out: counted work,
+  as the MJoin's join-order costs; with ``"time"`` the operator's batch time shared over the
+  deltas by their tuples in and out).
   rate(R_i) is input i's share of the recent deltas (the unit is one delta of any input).
   miss_prob: a used cache's is observed from its lookups; a profiled one's is estimated with
   a Bloom filter over its probe keys at its first operator (the full probe stream, seen by the
-  regular pipeline). probe_cost and update_cost are the executor's measured time per tuple a
-  lookup handles and per combination an update inserts; before any cache has run, an index
-  probe's cost per tuple stands in.
+  regular pipeline). probe_cost and update_cost: in tuples, 1 + the entry size per probe and 1
+  per update; in time, the executor's measured time per tuple a lookup handles and per
+  combination an update inserts (an index probe's time per tuple before any cache has run).
 - Re-optimizer: :class:`AdaptiveSelector` is advanced every I/10 tuples with the estimates; a
   join order change of A-Greedy re-enumerates the candidates (step 5). Candidates are the
   prefix-invariant ones plus, up to Sect. 6's quota m, globally-consistent ones the executor
@@ -90,6 +91,13 @@ def bloom_estimate(bloom: BloomMissEstimator | None) -> tuple[float, float]:
     return (bits / filled, float(bits)) if filled >= MIN_OPEN else (1.0, 0.0)
 
 
+def _per_tuple(meter: tuple[WindowAverage, WindowAverage], default: float) -> float:
+    """Time per tuple over the last calls (their sums: a call's fixed overhead spread over
+    its tuples), or ``default`` before any call."""
+    spent, tuples = meter
+    return spent.total / tuples.total if tuples.count and tuples.total else default
+
+
 def expected_bytes(cand: Candidate, distinct: float, tuples: float) -> float:
     """Sect. 5's memory requirement in this executor's layout: the table, and the pool of
     combinations (slot and born per input, a link), twice over since the pool doubles."""
@@ -119,8 +127,9 @@ class AdaptiveCaching:
         self.probe_keys: dict[Any, tuple[tuple[int, str], ...]] = {}
         self.blooms: dict[Any, BloomMissEstimator] = {}
         self.observed: dict[Any, ObservedMissRate] = {}
-        self.probe_unit = WindowAverage(self.w)  # executor: time per tuple a lookup handles
-        self.update_unit = WindowAverage(self.w)  # executor: time per combination inserted
+        # executor: lookup time and tuples handled, update time and combinations inserted
+        self.probe_unit = (WindowAverage(4 * self.w), WindowAverage(4 * self.w))
+        self.update_unit = (WindowAverage(4 * self.w), WindowAverage(4 * self.w))
         self.placed: dict[int, Any] = {}  # id(Placed) -> candidate ident
         self.estimates: dict[Any, CacheEstimate] = {}
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
@@ -217,12 +226,14 @@ class AdaptiveCaching:
             return
         self.observed.setdefault(ident, ObservedMissRate(BLOOM_WINDOW, self.w)).observe(missed)
         if handled:
-            self.probe_unit.add(ns / handled)
+            self.probe_unit[0].add(ns)
+            self.probe_unit[1].add(handled)
 
     def updated(self, combos: int, ns: int) -> None:
         """A CacheUpdate's inserts (update_cost)."""
         if combos:
-            self.update_unit.add(ns / combos)
+            self.update_unit[0].add(ns)
+            self.update_unit[1].add(combos)
 
     # -- estimates ----------------------------------------------------------------------------
     def _stats(self, stage: MJoinStage) -> list[PipelineStats]:
@@ -240,8 +251,7 @@ class AdaptiveCaching:
         spent = sum(s.work(0, len(s.c) - 1) for s in stats)
         moved = sum(sum(s.d[:-1]) + sum(s.d[1:]) for s in stats)
         unit = spent / moved if moved else 1.0
-        probe = self.probe_unit.mean if self.probe_unit.count else unit
-        return probe, self.update_unit.mean if self.update_unit.count else 2.0 * unit
+        return _per_tuple(self.probe_unit, unit), _per_tuple(self.update_unit, 2.0 * unit)
 
     def _estimates(self, stage: MJoinStage) -> tuple[dict[Any, CacheEstimate], set[Any], list]:
         stats = self._stats(stage)

@@ -50,7 +50,7 @@ def adaptive_config(algorithm: str, interval: int, mb: float | None = None) -> O
 
 def run_random(
     seed: int, n: int, graph: str, algorithm: str, release_p: float, slice_size: int,
-    interval: int, mb: float | None = None, free: bool = False,
+    interval: int, mb: float | None = None, free: bool = False, restart: bool = False,
 ) -> MJoinStage:  # fmt: skip
     """One random workload with adaptive caching; ``free``: cache probes and updates cost
     nothing, so that every cache with hits is worth using (many more caches placed)."""
@@ -68,12 +68,22 @@ def run_random(
         mp.setattr(mjoin_stage, "EPOCH_SLICE", slice_size)
         if free:
             mp.setattr(mac.AdaptiveCaching, "_units", lambda self, stats: (0.0, 0.0))
-        batches, join = feed(streams, windows, join, rng, release_p)
+        at = int(rng.integers(1, 6 * n)) if restart else None
+        batches, join = feed(streams, windows, join, rng, release_p, at, restored)
     got = result_counter(batches, [["a", "b", "c"]] * n, [f"s{i}." for i in range(n)])
     assert got == expected, _diff(got, expected)
     assert join.caches.invalid_refs(join) == 0
     assert all(c.cache.unlinked == 0 for c in join.caches.placed)
     return join
+
+
+def restored(join: MJoinStage) -> MJoinStage:
+    """A worker restart: a fresh stage with the same config from ``join``'s snapshot (caches
+    are not in snapshots: the new stage profiles and selects them again)."""
+    copy = MJoinStage(join.names, join.graph.predicates, join.config)
+    copy.load_snapshot(join.snapshot())
+    assert not copy.caches.placed
+    return copy
 
 
 @settings(
@@ -90,12 +100,15 @@ def run_random(
     slice_size=st.sampled_from([3, 16_384]),
     interval=st.sampled_from([4, 16, 64]),
     free=st.booleans(),
+    restart=st.booleans(),
 )
 def test_adaptive_caching_equals_the_naive_join(
     small_windows: None, seed: int, n: int, graph: str, algorithm: str, release_p: float,
-    slice_size: int, interval: int, free: bool,
+    slice_size: int, interval: int, free: bool, restart: bool,
 ) -> None:  # fmt: skip
-    run_random(seed, n, graph, algorithm, release_p, slice_size, interval, free=free)
+    """Also across a restart mid-stream (caches rebuilt from nothing after the restore)."""
+    run_random(seed, n, graph, algorithm, release_p, slice_size, interval, free=free,
+               restart=restart)  # fmt: skip
 
 
 def test_random_runs_do_add_and_drop_caches(small_windows: None) -> None:
