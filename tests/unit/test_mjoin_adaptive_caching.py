@@ -20,6 +20,7 @@ from test_mjoin_differential import _diff, oracle_deltas, random_window, raw_str
 
 from processors.core.batch import Batch
 from processors.core.ordering.config import OrderingConfig, OrderingConfigError
+from processors.core.ordering.reoptimizers import make_reoptimizer
 from processors.core.plan import QueryError, Window
 from processors.core.query import Query
 from processors.cql import parse_cql
@@ -288,3 +289,22 @@ def test_cql_cache_memory_errors_name_the_setting(value: str) -> None:
     with pytest.raises(CqlError) as err:
         parse_cql(JOIN_SQL.format(f"cache_memory = {value}"), CATALOG).query().build()
     assert "expected a size such as '64 MB'" in err.value.reason
+
+
+def test_a_join_order_change_drops_the_caches_it_breaks() -> None:
+    """Sect. 4.5 step 5: ΔS probing T first breaks {R, S}'s prefix invariant, so the R ⋈ S
+    cache in ΔT's pipeline goes at once, reported; the new candidate S ⋈ T starts profiled."""
+    _, join, used = fig12(FIG12, units=1600, burst_at=None)
+    assert used[-1] == [RS_IN_T] and join.caches.placed
+    pipe = join.pipelines[1]
+    order = [pipe.inputs.index(2), pipe.inputs.index(0)]  # T, then R
+    join.reopts[1] = make_reoptimizer(pipe.size, OrderingConfig("fixed"), order, list(pipe.parent))
+    join.caches.involved(join, 0)  # the next pipeline call
+    assert not join.caches.placed
+    stats = join.stats()
+    assert "(Sect. 4.5 step 5)" in stats["adaptive_caching"]["recent_changes"][-1]["reason"]
+    assert stats["adaptive_caching"]["recent_changes"][-1]["dropped"] == [RS_IN_T]
+    assert stats["recent_cache_changes"][-1]["action"] == "drop"
+    assert join.caches.adaptive is not None
+    assert [c.label(join.names) for c in join.caches.adaptive.selector.cands] == [ST_IN_R]
+    assert stats["adaptive_caching"]["profiled"] == 1
