@@ -308,8 +308,10 @@ class AdaptiveCaching:
             log.info("%s: %s", stage.name, ch.describe(stage.names))
         reason = changes[-1].reason if changes else "re-selection (Sect. 4.4)"
         want = {c.ident: c for c in self.selector.used}
-        have = {self.placed.get(id(p)): p for p in self.caches.placed}
-        drop = [p for ident, p in have.items() if ident not in want]
+        live = {id(p) for p in self.caches.placed}  # forget caches dropped elsewhere
+        self.placed = {k: v for k, v in self.placed.items() if k in live}
+        have = {self.placed.get(id(p)) for p in self.caches.placed}  # None: forced by hand
+        drop = [p for p in self.caches.placed if self.placed.get(id(p)) not in want]
         add = []
         if adds:
             for ident, c in want.items():
@@ -327,7 +329,8 @@ class AdaptiveCaching:
             self.observed.pop(ident, None)
         for ident, why in refused:
             self.selector.state[ident] = State.UNUSED
-            log.info("%s: cache %s not placed: %s", stage.name, ident, why)
+            log.info("%s: cache %s not placed: %s", stage.name, want[ident].label(stage.names),
+                     why)  # fmt: skip
 
     def _distinct(self, ident: Any) -> float:
         return bloom_estimate(self.blooms.get(ident))[1]
