@@ -252,6 +252,9 @@ def test_adapt_carries_caching_through_the_plan_to_the_mjoin() -> None:
     plan = range_query({"r": 1, "s": 1}, {"r": 10, "s": 10}, "ordered")
     plan = plan.adapt("agreedy", caching=True, cache_memory_mb=2).build()
     assert plan.ordering_config.caches_on and plan.ordering_config.cache_memory_mb == 2
+    assert plan.to_json()["caching"] == {"cache_memory_mb": 2, "cache_interval": 10_000,
+                                         "cache_window": 10, "cache_metric": "tuples"}  # fmt: skip
+    assert range_query({"r": 1, "s": 1}, {"r": 10, "s": 10}).build().to_json()["caching"] is None
     joins = [s for c in FleetRunner(plan).chains.values() for s in c.stages
              if isinstance(s, MJoinStage)]  # fmt: skip
     assert joins and all(j.config.caches_on for j in joins)
