@@ -218,12 +218,18 @@ class AdaptiveCaching:
             counts[:, k + 1] = out
         self.profiles[i].record(counts, tau)
 
-    def looked_up(self, c: Placed, missed: np.ndarray, handled: int, ns: int) -> None:
-        """A used cache's lookup: its misses (miss_prob observed) and its own time per tuple
-        handled (probe_cost), the segment's work on misses left out."""
+    def looked_up(
+        self, c: Placed, probes: int, computed: np.ndarray, handled: int, ns: int
+    ) -> None:
+        """A used cache's lookup of ``probes`` keys: miss_prob observed as the probes whose
+        segment was computed (``computed``: once per distinct missing key of the batch, the
+        work a miss costs, so that a cold batch does not count each repeat of a key), and its
+        own time per tuple handled (probe_cost), the segment's work on misses left out."""
         ident = self.placed.get(id(c))
         if ident is None:
             return
+        missed = np.zeros(probes, np.bool_)
+        missed[computed] = True
         self.observed.setdefault(ident, ObservedMissRate(BLOOM_WINDOW, self.w)).observe(missed)
         if handled:
             self.probe_unit[0].add(ns)

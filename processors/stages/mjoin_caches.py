@@ -246,8 +246,10 @@ class MJoinCaches:
         buckets = c.cache.lookup(keys, g, self.epoch, self._fresh_below(c))
         left, combos = c.cache.expand(buckets, g, borns, dieds)
         miss = np.flatnonzero(buckets < 0)
+        computed = miss[:0]  # the misses whose key's segment is computed (once per key)
         if len(miss):
             uniq, owner = _unique_rows(keys[miss])
+            computed = miss[np.unique(owner, return_index=True)[1]]
             first = np.full(len(uniq), NEVER, np.int64)
             np.minimum.at(first, owner, g[miss])
             t1 = time.perf_counter_ns()
@@ -265,7 +267,8 @@ class MJoinCaches:
             run.bound[entity[x]] = combos[n]
         if self.adaptive is not None:
             handled = len(keys) + len(left)
-            self.adaptive.looked_up(c, buckets < 0, handled, time.perf_counter_ns() - t0 - spent)
+            ns = time.perf_counter_ns() - t0 - spent
+            self.adaptive.looked_up(c, len(keys), computed, handled, ns)
             self.adaptive.enforce(stage)
         return c.spec.end + 1
 
