@@ -311,3 +311,30 @@ def test_a_join_order_change_drops_the_caches_it_breaks() -> None:
     assert join.caches.adaptive is not None
     assert [c.label(join.names) for c in join.caches.adaptive.selector.cands] == [ST_IN_R]
     assert stats["adaptive_caching"]["profiled"] == 1
+
+
+def test_a_cache_chosen_on_large_epochs_stays() -> None:
+    """Epochs of thousands of deltas: a new cache's first batch misses on every key, but its
+    segment is computed once per key, so the observed miss probability stays low and 4.5 a
+    does not demote it (no add / drop thrashing)."""
+    rng = np.random.default_rng(1)
+    config = OrderingConfig("agreedy", profile_probability=0.1, caching=True)
+    join = MJoinStage(["r", "s", "t"], [((0, "b"), (1, "a")), ((1, "b"), (2, "a"))], config)
+    fronts = [WindowStage(Window("x", "range", 1000)) for _ in range(3)]
+    rates, domains = (50.0, 1.0, 1.0), ((1, 200, 1), (200, 2500, 1), (2500, 1, 1))
+    for start in range(0, 4000, 100):
+        for i in range(3):
+            k = rng.poisson(rates[i] * 100)
+            ts = np.sort(rng.integers(start, start + 100, k)).astype(np.int64)
+            cols = {
+                c: rng.integers(0, d, k).astype(np.int64)
+                for c, d in zip("abc", domains[i], strict=True)
+            }
+            for deltas in fronts[i].process(Batch.inserts(cols, ts)):
+                join.push(i, deltas)
+        join.release()
+    stats = join.stats()
+    assert stats["adaptive_caching"]["used"] == [ST_IN_R]
+    assert stats["cache_changes_total"] == 1
+    cache = stats["caches"]["r:0-1[s,t]"]
+    assert cache["hits"] > 3 * cache["misses"]
