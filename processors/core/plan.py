@@ -308,6 +308,13 @@ class LogicalPlan:
         """The filter-ordering settings in effect: ``ordering`` or the defaults."""
         return self.ordering if self.ordering is not None else OrderingConfig()
 
+    def _caching_json(self) -> dict[str, Any] | None:
+        c = self.ordering_config
+        if not self.joins or not c.caches_on:
+            return None
+        return {"cache_memory_mb": c.cache_memory_mb, "cache_interval": c.cache_interval,
+                "cache_window": c.cache_window, "cache_metric": c.cache_metric}  # fmt: skip
+
     @property
     def scheduling_config(self) -> SchedulingConfig:
         """The scheduling settings in effect: ``scheduling`` or the defaults (Chain)."""
@@ -378,6 +385,8 @@ class LogicalPlan:
             # without filters
             "ordering": self.ordering_config.to_json() if self.filters else None,
             "joins": [str(j) for j in self.joins],
+            # A-Caching in the MJoin (docs/caching.md): null unless enabled and joined
+            "caching": self._caching_json(),
             "group_by": [str(c) for c in self.group_by],
             "aggregates": [str(a) for a in self.aggregates],
             "lateness_ms": self.lateness_ms,

@@ -58,7 +58,9 @@ class QuerySettings:
         settings are those of :class:`OrderingConfig` (``profile_probability``,
         ``window_tuples``, ``window_ms``, ``alpha``, ``min_profile_tuples``, ``costs``,
         ``cost_samples``, ``seed``). Without adapt(), filters run A-Greedy with the paper's
-        defaults.
+        defaults. ``caching=True`` and/or ``cache_memory_mb=64`` make the MJoin adapt subresult
+        caches (A-Caching; ``cache_interval``, ``cache_window``, ``cache_metric``:
+        docs/caching.md); off by default.
         """
         if self._ordering is not None:
             raise QueryError("adapt() is given twice")

@@ -39,6 +39,9 @@ _ORDERING_TYPES = {
     "min_profile_tuples": ("int", False),
     "cost_samples": ("int", False),
     "seed": ("int", False),
+    "cache_memory_mb": ("real", True),
+    "cache_interval": ("int", False),
+    "cache_window": ("int", False),
 }
 
 
@@ -164,6 +167,10 @@ def check_ordering_type(name: str, value: Any) -> None:
         ):
             raise QueryError(f"adapt(): costs must be a sequence of numbers, got {value!r}")
         return
+    if name == "caching" and not (value is None or isinstance(value, bool)):
+        raise QueryError(f"adapt(): caching must be True or False, got {value!r}")
+    if name == "cache_metric" and not isinstance(value, str):
+        raise QueryError(f"adapt(): cache_metric must be 'time' or 'tuples', got {value!r}")
     if name not in _ORDERING_TYPES:
         return  # unknown settings: OrderingConfig.from_mapping names them
     kind, nullable = _ORDERING_TYPES[name]

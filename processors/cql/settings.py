@@ -4,10 +4,12 @@
           processing_guarantee = 'exactly_once', join_tree = '(a, b), c', join_output = 'ordered',
           max_latency = '500 ms', min_keep = 0.05, target_utilization = 0.8,
           adapt = 'agreedy', adapt_profile_probability = 0.2, adapt_window_tuples = 200,
-          schedule = 'chain-flush', schedule_latency_ms = 50)
+          schedule = 'chain-flush', schedule_latency_ms = 50, cache_memory = '64 MB')
 
 ``adapt_X`` is setting X of ``Query.adapt`` and ``schedule_X`` of ``Query.schedule``; a value the
-Query refuses is an error at the setting's name.
+Query refuses is an error at the setting's name. ``cache_memory`` (a size: '64 MB', '512 KB',
+'1 GB', or a number of MB) enables A-Caching in the MJoin with that budget: ``Query.adapt``'s
+``cache_memory_mb`` (with ``adapt = '...'`` or on its own).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ PLAIN = {
 #: shedding's settings, as Query.shed takes them (max_latency is a duration: '500 ms')
 SHED_SETTINGS = ("max_latency", "min_keep", "target_utilization")
 GROUPS = ("adapt", "schedule")
+CACHE_MEMORY = "cache_memory"
+SIZE_UNITS_MB = {"B": 2**-20, "KB": 2**-10, "MB": 1.0, "GB": 1024.0}
 
 
 def apply_settings(q: Query, settings: dict[str, tuple[Any, Token]]) -> None:
@@ -40,7 +44,7 @@ def apply_settings(q: Query, settings: dict[str, tuple[Any, Token]]) -> None:
     grouped: dict[str, dict[str, Any]] = {g: {} for g in GROUPS}
     heads: dict[str, tuple[Any, Token]] = {}
     for name, (value, tok) in settings.items():
-        if name in SHED_SETTINGS:
+        if name in SHED_SETTINGS or name == CACHE_MEMORY:
             continue  # below, together
         if name in PLAIN:
             _call(tok, getattr(q, PLAIN[name]), value)
@@ -52,8 +56,15 @@ def apply_settings(q: Query, settings: dict[str, tuple[Any, Token]]) -> None:
                 raise at_token(tok, f"{name} needs {group} = '...' (which {group} it sets)")
             grouped[group][key] = value
         else:
-            known = [*PLAIN, *SHED_SETTINGS, *GROUPS, *(f"{g}_..." for g in GROUPS)]
+            known = [*PLAIN, *SHED_SETTINGS, CACHE_MEMORY, *GROUPS,
+                     *(f"{g}_..." for g in GROUPS)]  # fmt: skip
             raise at_token(tok, f"unknown setting {name!r}; expected one of {', '.join(known)}")
+    if CACHE_MEMORY in settings:
+        value, tok = settings[CACHE_MEMORY]
+        if "adapt" in heads:
+            grouped["adapt"]["cache_memory_mb"] = size_mb(value, tok)
+        else:
+            _call(tok, q.adapt, "agreedy", cache_memory_mb=size_mb(value, tok))
     for group, (value, tok) in heads.items():
         _call(tok, getattr(q, group), value, **grouped[group])
     shed = {n: settings[n] for n in SHED_SETTINGS if n in settings}
@@ -94,3 +105,19 @@ def duration_ms(value: Any, tok: Token) -> int:
         raise at_token(tok, f"{tok.text} = {value!r}: expected a duration such as '500 ms' or "
                        f"'2 seconds' (units: {', '.join(UNITS_MS)})")  # fmt: skip
     return max(1, round(amount * UNITS_MS[unit]))
+
+
+def size_mb(value: Any, tok: Token) -> float:
+    """``'64 MB'``, ``'512 KB'``, ``'1 GB'`` or a number of MB, as MB."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    parts = str(value).split()
+    unit = parts[1].upper() if len(parts) == 2 else ""
+    try:
+        amount = float(parts[0])
+    except (ValueError, IndexError):
+        amount = -1.0
+    if len(parts) != 2 or unit not in SIZE_UNITS_MB or not amount >= 0:
+        raise at_token(tok, f"{tok.text} = {value!r}: expected a size such as '64 MB' "
+                       f"(units: {', '.join(SIZE_UNITS_MB)})")  # fmt: skip
+    return amount * SIZE_UNITS_MB[unit]

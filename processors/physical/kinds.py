@@ -5,6 +5,7 @@ partition from the plan, so nothing in the runtime knows any kind by name."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ from processors.stages.mjoin_stage import MJoinStage
 from processors.stages.shape_stages import ProjectStage, RowIdsStage, joined_name
 from processors.stages.synthetic_stage import SyntheticStage
 from processors.stages.window_stage import WindowStage
+
+log = logging.getLogger(__name__)
 
 #: makes the stage of ``node`` for one partition of a query
 StageBuilder = Callable[[LogicalPlan, StageNode, int], Stage]
@@ -92,6 +95,9 @@ def _mjoin(plan: LogicalPlan, node: StageNode, partition: int) -> Stage:
     names, predicates = _join_inputs(plan)
     config = plan.ordering_config
     if plan.eager_join:
+        if config.caches_on and partition == 0:
+            log.info("adaptive caching is not run by the eager join (join_output = 'eager'); "
+                     "the join runs without caches")  # fmt: skip
         return EagerMJoinStage(
             names, predicates, [plan.windows[n].size for n in names],
             config.with_(seed=config.seed + partition), name=f"mjoin[{partition}]",

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +59,15 @@ import numpy as np
 from processors.core.batch import INSERT, Batch
 from processors.core.ordering.reoptimizers import OrderChange
 from processors.kernels.subresult_cache import cache_distribute, merge_rows
-from processors.stages.mjoin_cache_plan import Placed, index, resolve, spec_of, still_valid
+from processors.stages.mjoin_adaptive_caching import AdaptiveCaching
+from processors.stages.mjoin_cache_plan import (
+    CacheSpec,
+    Placed,
+    index,
+    resolve,
+    spec_of,
+    still_valid,
+)
 from processors.stages.plan_changes import PlanChanges
 
 if TYPE_CHECKING:
@@ -82,6 +91,7 @@ class MJoinCaches:
         self._feeds: dict[tuple[int, int], list[Placed]] = {}
         self._zeros: dict[int, np.ndarray] = {}
         self.feeders_first = True  # False: pipelines in index order (as exact, fewer hits)
+        self.adaptive: AdaptiveCaching | None = None  # A-Caching at run time, when enabled
 
     # -- placing ------------------------------------------------------------------------------
     def force(self, stage: MJoinStage, specs: Sequence[Any]) -> None:
@@ -99,6 +109,30 @@ class MJoinCaches:
         for c in placed:
             self._record(stage, c, "add", "forced")
         self.placed = placed
+
+    def change(
+        self, stage: MJoinStage, add: Sequence[tuple[Any, CacheSpec]], drop: Sequence[Placed],
+        why: str,
+    ) -> tuple[list[tuple[Any, Placed]], list[tuple[Any, str]]]:  # fmt: skip
+        """Drop ``drop`` and add the caches of ``add`` ((tag, spec) pairs), keeping the others
+        and their entries; (the added, by tag) and (the refused, by tag, with why)."""
+        for c in drop:
+            if c in self.placed:
+                self.placed.remove(c)
+                self._record(stage, c, "drop", why)
+        added, refused = [], []
+        for tag, spec in add:
+            try:
+                c = resolve(stage, spec_of(stage, spec))
+                index([*self.placed, c])
+            except ValueError as exc:
+                refused.append((tag, str(exc)))
+                continue
+            self.placed.append(c)
+            added.append((tag, c))
+            self._record(stage, c, "add", why)
+        self._segments, self._feeds = index(self.placed)
+        return added, refused
 
     def _drop(self, stage: MJoinStage, c: Placed, why: str) -> None:
         self.placed.remove(c)
@@ -179,6 +213,8 @@ class MJoinCaches:
                 keys, slots, borns = (np.concatenate(p) for p in zip(*c.pending, strict=True))
                 c.cache.delete(keys, slots, borns)
                 c.pending = []
+        if self.adaptive is not None:
+            self.adaptive.tick(stage)
 
     def _fresh_below(self, c: Placed) -> int:
         waiting = [int(self._first_insert[x]) for x in c.maintained if not self._ran[x]]
@@ -186,7 +222,14 @@ class MJoinCaches:
 
     # -- the pipeline hooks -------------------------------------------------------------------
     def involved(self, stage: MJoinStage, i: int) -> bool:
-        """Whether pipeline i looks up or updates a cache (orders checked first)."""
+        """Whether pipeline i looks up or updates a cache, or adaptive caching profiles it
+        (orders checked first)."""
+        if self.adaptive is None and stage.config.caches_on and stage.supports_caches:
+            self.adaptive = AdaptiveCaching(stage, self)
+        if self.adaptive is not None:
+            self.check_orders(stage)
+            self.adaptive.sync(stage)
+            return True
         if not self.placed:
             return False
         self.check_orders(stage)
@@ -198,6 +241,7 @@ class MJoinCaches:
     def lookup(self, stage: MJoinStage, c: Placed, delta: Batch, gen: np.ndarray, run: _Run) -> int:
         """CacheLookup: bind the segment's inputs for every intermediate result, from the
         cache or computed for the keys that miss (then cached); the position after it."""
+        t0, spent = time.perf_counter_ns(), 0
         pipe = stage.pipelines[c.spec.pipeline]
         keys = np.empty((len(run.origin), len(c.classes)), np.int64)
         for n, (x, col) in enumerate(c.probe_keys):
@@ -207,11 +251,15 @@ class MJoinCaches:
         buckets = c.cache.lookup(keys, g, self.epoch, self._fresh_below(c))
         left, combos = c.cache.expand(buckets, g, borns, dieds)
         miss = np.flatnonzero(buckets < 0)
+        computed = miss[:0]  # the misses whose key's segment is computed (once per key)
         if len(miss):
             uniq, owner = _unique_rows(keys[miss])
+            computed = miss[np.unique(owner, return_index=True)[1]]
             first = np.full(len(uniq), NEVER, np.int64)
             np.minimum.at(first, owner, g[miss])
+            t1 = time.perf_counter_ns()
             which, made = self._segment(stage, c, uniq, first)
+            spent = time.perf_counter_ns() - t1
             starts = np.searchsorted(which, np.arange(len(uniq) + 1)).astype(np.int64)
             born = np.stack([b[made[:, n]] for n, b in enumerate(borns)], axis=1)
             died = np.stack([d[made[:, n]] for n, d in enumerate(dieds)], axis=1)
@@ -222,6 +270,11 @@ class MJoinCaches:
         entity = {inp: e for e, inp in enumerate(pipe.inputs)}
         for n, x in enumerate(c.rels):
             run.bound[entity[x]] = combos[n]
+        if self.adaptive is not None:
+            handled = len(keys) + len(left)
+            ns = time.perf_counter_ns() - t0 - spent
+            self.adaptive.looked_up(c, len(keys), computed, handled, ns)
+            self.adaptive.enforce(stage)
         return c.spec.end + 1
 
     def _segment(
@@ -272,8 +325,12 @@ class MJoinCaches:
         """CacheUpdate before position k of pipeline i: its intermediate results are the
         changes of the join of the maintaining set M of the caches it feeds there; their
         segment's part is inserted now (once: globally consistent caches project M's
-        combinations onto X, which repeats them), deleted at the epoch's end."""
+        combinations onto X, which repeats them), deleted at the epoch's end. Adaptive caching
+        profiles here too."""
+        if self.adaptive is not None:
+            self.adaptive.observe(stage, i, k, delta, gen, run)
         for c in self._feeds.get((i, k), ()):
+            t0 = time.perf_counter_ns()
             if not len(run.origin):
                 return
             pipe = stage.pipelines[i]
@@ -298,6 +355,10 @@ class MJoinCaches:
             c.cache.insert(keys[ins], combos[ins], borns[ins], self.epoch, unique=c.is_global)
             if not ins.all() and not c.is_global:
                 c.pending.append((keys[~ins], combos[~ins], borns[~ins]))
+            if self.adaptive is not None:
+                self.adaptive.updated(len(combos), time.perf_counter_ns() - t0)
+        if self.adaptive is not None and self._feeds.get((i, k)):
+            self.adaptive.enforce(stage)
 
     def _lifetimes(self, stage: MJoinStage, c: Placed) -> tuple[tuple[np.ndarray, ...], ...]:
         return (tuple(stage.stores[x].born for x in c.rels),
@@ -318,12 +379,15 @@ class MJoinCaches:
     def nbytes(self) -> int:
         return sum(c.cache.nbytes for c in self.placed)
 
-    def stats(self) -> dict[str, Any]:
-        return {
+    def stats(self, stage: MJoinStage | None = None) -> dict[str, Any]:
+        out = {
             "caches": {c.name: c.cache.stats() for c in self.placed},
             "cache_changes_total": self.plan_changes.total,
             "recent_cache_changes": self.plan_changes.entries(),
         }
+        if self.adaptive is not None and stage is not None:
+            out["adaptive_caching"] = self.adaptive.stats(stage)
+        return out
 
 
 def _unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

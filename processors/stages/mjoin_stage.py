@@ -495,5 +495,5 @@ class MJoinStage(StageBase):
             "idle_inputs": [
                 n for n, idle in zip(self.names, self.idleness.idle.tolist(), strict=True) if idle
             ],
-            **self.caches.stats(),
+            **self.caches.stats(self),
         }

@@ -55,6 +55,13 @@ class OrderingConfig:
     costs: tuple[float, ...] | None = None
     cost_samples: int = 64  # per filter: the last N timed batches make up a_i
     seed: int = 0
+    # A-Caching in the MJoin (Babu et al., ICDE 2005; docs/caching.md): off unless enabled;
+    # cache_memory_mb alone enables it. I (tuples), W (observations), the cost metric.
+    caching: bool | None = None
+    cache_memory_mb: float | None = None
+    cache_interval: int = 10_000
+    cache_window: int = 10
+    cache_metric: str = "tuples"  # counted work, as the MJoin's join order costs; or "time"
 
     def __post_init__(self) -> None:
         known = algorithms()
@@ -79,6 +86,35 @@ class OrderingConfig:
             raise OrderingConfigError(f"costs must all be positive, got {self.costs}")
         if self.cost_samples < 1:
             raise OrderingConfigError(f"cost_samples must be at least 1, got {self.cost_samples}")
+        self._check_caching()
+
+    def _check_caching(self) -> None:
+        mb = self.cache_memory_mb
+        if mb is not None and not mb >= 0:
+            raise OrderingConfigError(f"cache_memory_mb must be a non-negative number, got {mb}")
+        if self.caching is False and mb is not None:
+            raise OrderingConfigError("cache_memory_mb is given but caching=False")
+        if self.cache_interval < 1:
+            raise OrderingConfigError(
+                f"cache_interval must be at least 1 tuple, got {self.cache_interval}"
+            )
+        if self.cache_window < 1:
+            raise OrderingConfigError(f"cache_window must be at least 1, got {self.cache_window}")
+        if self.cache_metric not in ("time", "tuples"):
+            raise OrderingConfigError(
+                f"cache_metric must be 'time' or 'tuples', got {self.cache_metric!r}"
+            )
+
+    @property
+    def caches_on(self) -> bool:
+        """Whether the MJoin adapts subresult caches (caching=True, or a cache memory given)."""
+        return bool(self.caching) or (self.caching is None and self.cache_memory_mb is not None)
+
+    @property
+    def cache_budget_bytes(self) -> float:
+        """The caches' memory budget in bytes (unbounded when no cache_memory_mb is given)."""
+        mb = self.cache_memory_mb
+        return float("inf") if mb is None else float(mb) * 2**20
 
     @property
     def p(self) -> float:
@@ -107,6 +143,11 @@ class OrderingConfig:
             "min_profile_tuples": self.min_profile_tuples,
             "costs": list(self.costs) if self.costs is not None else None,
             "seed": self.seed,
+            "caching": self.caches_on,
+            "cache_memory_mb": self.cache_memory_mb,
+            "cache_interval": self.cache_interval,
+            "cache_window": self.cache_window,
+            "cache_metric": self.cache_metric,
         }
 
     @classmethod
