@@ -1,0 +1,183 @@
+"""``streamon bench caching``: Fig. 11 of Babu et al. (ICDE 2005, Sect. 7.3) in process.
+
+For each of Table 2's points D1-D8 (inputs: :mod:`processors.bench.caching_data`), the rate
+(input deltas per second of stage time, same run, same deltas) of the best MJoin (M), the best
+XJoin (X, all 15 binary trees), the best plan with prefix-invariant caches (P) and with Sect.
+6's globally-consistent caches too (G, m = 6), each plan's peak subresult memory, and the
+ratios the issue asks for: ``cached_vs_mjoin_dN`` = G / M and ``cached_vs_xjoin_min`` = the
+least G / X over the points where the best XJoin fits ``budget_bytes``.
+
+Search (kept to a few minutes on 2 cores): every plan of a point runs once over a screening
+prefix (the first ``screen`` of the deltas); the best ``finalists`` of each kind then run over
+all the deltas, in ``rounds`` alternating rounds, and their best round counts. P and G are
+exhaustive over their candidates' non-overlapping subsets, as the paper's are (Sect. 7.3); G
+takes the best of P's plans and its own, since the quota contains every P candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from processors.bench.caching_data import NAMES, TABLE2, point_inputs
+from processors.bench.caching_plans import (
+    Plan,
+    Run,
+    cache_candidates,
+    cache_plans,
+    cache_subsets,
+    drive,
+    learned_orders,
+    mjoin_plans,
+    time_chunks,
+    tree_plans,
+)
+
+
+def _say(text: str) -> None:
+    print(f"[bench] {text}", flush=True)
+
+
+def _check(run: Run, ref: Run, label: str, what: str) -> None:
+    if (run.results, run.inserts) != (ref.results, ref.inserts):
+        raise AssertionError(
+            f"bench caching: {label} gave {run.results:,} result rows ({run.inserts:,} inserts) "
+            f"on {what}, the MJoin {ref.results:,} ({ref.inserts:,})"
+        )
+
+
+def measure_point(
+    point: str,
+    tuples: int = 120_000,
+    window: int = 200,
+    per_chunk: int = 4_096,
+    screen: float = 0.3,
+    finalists: int = 2,
+    rounds: int = 2,
+    seed: int = 1,
+) -> dict[str, Any]:
+    """Every plan of ``point``: screening, finals, the best of each kind (module docstring)."""
+    inputs, sets, sizes = point_inputs(point, tuples, window, seed)
+    chunks = time_chunks(inputs, per_chunk)
+    head = chunks[: max(int(len(chunks) * screen), 1)]
+    warm = time_chunks(point_inputs(point, max(tuples // 10, 2_000), window, seed + 1)[0],
+                       per_chunk)  # fmt: skip
+    names = list(NAMES)
+    agreedy = mjoin_plans(names, [], seed)[0]
+    drive(agreedy.make(), warm)  # compiles the MJoin's kernels
+    ref = drive(agreedy.make(), chunks)
+    ref_head = drive(agreedy.make(), head)
+    orders = learned_orders_of(agreedy, chunks)
+    plans = mjoin_plans(names, orders, seed) + tree_plans(names)
+    probe = plans[1].make()
+    prefix, quota_m = cache_candidates(probe, orders)
+    plans += cache_plans(names, orders, cache_subsets(quota_m))
+    screened: dict[str, float] = {}
+    for plan in plans:
+        _check(drive(plan.make(), warm), drive(agreedy.make(), warm), plan.label, "warm-up")
+        run = drive(plan.make(), head)
+        _check(run, ref_head, plan.label, "the screening prefix")
+        screened[plan.label] = run.rate
+    finals = _finalists(plans, screened, finalists)
+    full: dict[str, Run] = {}
+    for _ in range(rounds):
+        for plan in finals:
+            run = drive(plan.make(), chunks)
+            _check(run, ref, plan.label, "all deltas")
+            if plan.label not in full or run.rate > full[plan.label].rate:
+                full[plan.label] = run
+    best = _best(finals, full)
+    out: dict[str, Any] = {
+        "rates": TABLE2[point][0],
+        "selectivity_target": TABLE2[point][1],
+        "selectivity_realised": [round(s, 6) for s in sets.selectivity],
+        "value_set_size": len(sets.values[0]),
+        "windows": sizes,
+        "deltas": ref.deltas,
+        "results": ref.results,
+        "orders": {names[i]: [names[j] for j in o] for i, o in enumerate(orders)},
+        "prefix_candidates": len(prefix),
+        "quota_candidates": len(quota_m),
+        "plans_screened": len(plans),
+        "screened_tuples_per_s": screened,
+    }
+    for kind in "MXPG":
+        plan, run = best[kind]
+        out[kind] = {
+            "plan": plan.label,
+            "tuples_per_s": run.rate,
+            "subresult_bytes": run.peak_bytes,
+            "caches": _cache_stats(run),
+        }
+    return out
+
+
+def learned_orders_of(agreedy: Plan, chunks: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+    """A-Greedy's orders at the end of a run over ``chunks``."""
+    stage = agreedy.make()
+    drive(stage, chunks)
+    return learned_orders(stage)
+
+
+def _finalists(plans: list[Plan], screened: dict[str, float], k: int) -> list[Plan]:
+    out: list[Plan] = []
+    for kind in "MXPG":
+        mine = sorted((p for p in plans if p.kind == kind), key=lambda p: -screened[p.label])
+        out += mine if kind == "M" else mine[:k]
+    return out
+
+
+def _best(finals: list[Plan], full: dict[str, Run]) -> dict[str, tuple[Plan, Run]]:
+    """The fastest finalist of each kind; G's includes P's (the quota holds P's candidates)."""
+    best: dict[str, tuple[Plan, Run]] = {}
+    for kind in "MXPG":
+        allowed = "PG" if kind == "G" else kind
+        mine = [p for p in finals if p.kind in allowed]
+        if not mine:  # no candidate caches: the plan is the MJoin with fixed orders
+            mine = [p for p in finals if p.label == "M/fixed"]
+        top = max(mine, key=lambda p: full[p.label].rate)
+        best[kind] = (top, full[top.label])
+    return best
+
+
+def _cache_stats(run: Run) -> dict[str, Any]:
+    caches = run.stats.get("caches", {})
+    return {
+        name: {k: s[k] for k in ("hits", "misses", "entries", "bytes") if k in s}
+        for name, s in caches.items()
+    }
+
+
+def run_caching_bench(
+    points: Sequence[str] = tuple(TABLE2),
+    tuples: int = 120_000,
+    budget_bytes: int = 1 << 20,
+    **knobs: Any,
+) -> dict[str, Any]:
+    """Fig. 11's comparison at ``points``; the JSON figures of the module docstring."""
+    results: dict[str, Any] = {"budget_bytes": budget_bytes, "tuples": tuples, "points": {}}
+    ratios_x = []
+    for point in points:
+        _say(f"{point}: rates {TABLE2[point][0]}, selectivities {TABLE2[point][1]}")
+        fig = measure_point(point, tuples, **knobs)
+        results["points"][point] = fig
+        m, x, p, g = (fig[k]["tuples_per_s"] for k in "MXPG")
+        fits = fig["X"]["subresult_bytes"] <= budget_bytes
+        fig["X"]["fits_budget"] = fits
+        fig["G"]["fits_budget"] = fig["G"]["subresult_bytes"] <= budget_bytes
+        results[f"cached_vs_mjoin_{point}"] = g / m
+        results[f"prefix_vs_mjoin_{point}"] = p / m
+        results[f"cached_vs_xjoin_{point}"] = g / x
+        if fits:
+            ratios_x.append(g / x)
+        for kind in "MXPG":
+            k = fig[kind]
+            _say(f"  {kind} {k['tuples_per_s']:>12,.0f}/s  {k['subresult_bytes']:>10,} B  "
+                 f"{k['plan']}")  # fmt: skip
+        _say(f"  G/M {g / m:.2f}  P/M {p / m:.2f}  G/X {g / x:.2f} (X fits: {fits}); "
+             f"{fig['results']:,} results, same from every plan")  # fmt: skip
+    results["cached_vs_xjoin_min"] = min(ratios_x) if ratios_x else None
+    from processors.bench.machine import machine_info
+
+    results["machine"] = machine_info()
+    return results
