@@ -144,8 +144,12 @@ def mjoin_plans(names: Sequence[str], orders: Sequence[Sequence[int]], seed: int
         return s
 
     return [
-        Plan("M/agreedy", "M", lambda: MJoinStage(names, preds, OrderingConfig(seed=seed)),
-             "A-Greedy"),  # fmt: skip
+        Plan(
+            "M/agreedy",
+            "M",
+            lambda: MJoinStage(names, preds, OrderingConfig(seed=seed)),
+            "A-Greedy",
+        ),  # fmt: skip
         Plan("M/fixed", "M", fixed, f"fixed orders {list(map(list, orders))}"),
     ]
 
@@ -169,8 +173,12 @@ def binary_trees(leaves: Sequence[str]) -> list[JoinTree]:
 def tree_plans(names: Sequence[str]) -> list[Plan]:
     preds = star_predicates(len(names))
     return [
-        Plan(f"X/{tree_text(t)}", "X",
-             lambda t=t: JoinTreeStage(names, preds, t, FIXED), tree_text(t))  # fmt: skip
+        Plan(
+            f"X/{tree_text(t)}",
+            "X",
+            lambda t=t: JoinTreeStage(names, preds, t, FIXED),
+            tree_text(t),
+        )  # fmt: skip
         for t in binary_trees(list(names))
     ]
 
