@@ -7,6 +7,11 @@ XJoin (X, all 15 binary trees), the best plan with prefix-invariant caches (P) a
 ratios the issue asks for: ``cached_vs_mjoin_dN`` = G / M and ``cached_vs_xjoin_min`` = the
 least G / X over the points where the best XJoin fits ``budget_bytes``.
 
+Deltas reach the stages in time order, about ``per_chunk`` (16,384) of all inputs at a time (an
+epoch of the MJoin). A-Greedy's orders at the end of a run over all the deltas are the orders
+of "M/fixed" and of every cached plan (the paper's caching plans use A-Greedy's orders too);
+they vary between runs, and with them the candidates.
+
 Search (kept to a few minutes on 2 cores): every plan of a point runs once over a screening
 prefix (the first ``screen`` of the deltas); the best ``finalists`` of each kind then run over
 all the deltas, in ``rounds`` alternating rounds, and their best round counts. P and G are
@@ -50,7 +55,7 @@ def measure_point(
     point: str,
     tuples: int = 120_000,
     window: int = 200,
-    per_chunk: int = 4_096,
+    per_chunk: int = 16_384,
     screen: float = 0.3,
     finalists: int = 2,
     rounds: int = 2,
@@ -101,6 +106,8 @@ def measure_point(
         "plans_screened": len(plans),
         "screened_tuples_per_s": screened,
     }
+    out["mjoin_agreedy_tuples_per_s"] = full["M/agreedy"].rate
+    out["mjoin_fixed_tuples_per_s"] = full["M/fixed"].rate
     for kind in "MXPG":
         plan, run = best[kind]
         out[kind] = {

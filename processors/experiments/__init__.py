@@ -15,9 +15,10 @@ from typing import Any
 
 def _registries() -> list[tuple[dict[str, Callable[[Path, float, int], list[Path]]], Any]]:
     """(EXPERIMENTS, run_experiment) of each experiment module."""
-    from processors.experiments import cost, filters, joins, scheduling
+    from processors.experiments import acache_fig12, cost, filters, joins, scheduling
 
     return [
+        (acache_fig12.EXPERIMENTS, acache_fig12.run_experiment),
         (cost.EXPERIMENTS, cost.run_experiment),
         (filters.EXPERIMENTS, filters.run_experiment),
         (joins.EXPERIMENTS, joins.run_experiment),
