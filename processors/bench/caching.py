@@ -54,7 +54,7 @@ def _check(run: Run, ref: Run, label: str, what: str) -> None:
 def measure_point(
     point: str,
     tuples: int = 120_000,
-    window: int = 200,
+    window: int | None = None,
     per_chunk: int = 16_384,
     screen: float = 0.3,
     finalists: int = 2,

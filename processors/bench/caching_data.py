@@ -4,7 +4,10 @@ ICDE 2005, Sect. 7.3) for the 4-way join R1(A) ⋈ R2(A) ⋈ R3(A) ⋈ R4(A) (R,
 Each input is a ROWS window over an append-only stream, turned into its delta stream (inserts
 and the window's deletes) as Sect. 7.1 describes. Rates: stream i's k-th tuple arrives at time
 ``k * TICK / rate_i``, so the streams interleave at Table 2's relative rates; window sizes are
-``rate_i * window`` tuples, so every window spans the same time (a time window).
+``rate_i * window`` tuples, so every window spans the same time (a time window). The window
+unit is set per point so that an arrival makes about two 4-way results on average
+(:func:`window_for`): with Table 2's selectivities, one unit for all points would make some
+points' output (and so the run time) thousands of times larger than others'.
 
 Pairwise selectivities on one attribute. Stream i draws A uniformly from its own value set
 V_i, so a pair (r, s) joins with probability |V_i ∩ V_j| / (|V_i| |V_j|). The sets are built from
@@ -89,13 +92,40 @@ def key_sets(sel: tuple[float, ...], disjoint_size: int = 1_000) -> KeySets:
     return KeySets(tuple(values), real)
 
 
-def point_inputs(
-    point: str, tuples: int, window: int, seed: int = 1
-) -> tuple[list[Batch], KeySets, list[int]]:
-    """The delta streams of ``point`` with about ``tuples`` arrivals in all, split by Table 2's
-    rates, each input a ROWS window of ``rate * window`` tuples; the key sets and window sizes."""
+def results_per_arrival(sets: KeySets, rates: tuple[int, ...], window: float) -> float:
+    """Expected 4-way results per arrival with windows of ``rate * window`` tuples: an arrival
+    at input i with value v joins prod_j W_j / |V_j| tuples if v is in every V_j."""
+    n = len(sets.values[0])
+    common = set(sets.values[0].tolist())
+    for v in sets.values[1:]:
+        common &= set(v.tolist())
+    per_key = [rate * window / n for rate in rates]
+    total = sum(rates)
+    out = 0.0
+    for i, rate in enumerate(rates):
+        others = np.prod([per_key[j] for j in range(4) if j != i])
+        out += rate / total * len(common) / n * float(others)
+    return out
+
+
+def window_for(point: str, target: float = 2.0, zero_window: int = 1_000) -> int:
+    """The window unit giving about ``target`` results per arrival (results grow as its cube);
+    ``zero_window`` for D7, which has none."""
     rates, sel = TABLE2[point]
     sets = key_sets(sel)
+    one = results_per_arrival(sets, rates, 1.0)
+    return zero_window if one == 0 else max(int(round((target / one) ** (1 / 3))), 1)
+
+
+def point_inputs(
+    point: str, tuples: int, window: int | None = None, seed: int = 1
+) -> tuple[list[Batch], KeySets, list[int]]:
+    """The delta streams of ``point`` with about ``tuples`` arrivals in all, split by Table 2's
+    rates, each input a ROWS window of ``rate * window`` tuples (``window_for`` by default);
+    the key sets and window sizes."""
+    rates, sel = TABLE2[point]
+    sets = key_sets(sel)
+    window = window_for(point) if window is None else window
     rng = np.random.default_rng(seed)
     total = sum(rates)
     out, sizes = [], []

@@ -128,7 +128,8 @@ def acache_fig12(out_dir: Path, scale: float, seed: int) -> list[Path]:
         raise AssertionError(f"acache-fig12: plans disagree on result inserts: {counts}")
     series["adaptive"] = [None] * buckets
     x = [s_tuples * (k + 1) / buckets for k in range(buckets)]
-    rows = [{"s_tuples": xi, **{n: v[k] for n, v in series.items()}} for k, xi in enumerate(x)]
+    rows = [{"s_tuples": xi, **{n: v[k] for n, v in series.items() if v[k] is not None}}
+            for k, xi in enumerate(x)]  # fmt: skip
     notes = [
         "Babu et al. ICDE 2005 Fig. 12: tuple-processing rate (input deltas per second of stage "
         "time, in process) per bucket of dS arrivals; R bursts 20x at the midpoint",
