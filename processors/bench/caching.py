@@ -24,16 +24,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from processors.bench.caching_data import NAMES, TABLE2, point_inputs
+from processors.bench.caching_data import NAMES, TABLE2, point_inputs, static_orders
 from processors.bench.caching_plans import (
     Plan,
     Run,
+    agreedy_plan,
     cache_candidates,
     cache_plans,
     cache_subsets,
     drive,
+    fixed_plan,
     learned_orders,
-    mjoin_plans,
     time_chunks,
     tree_plans,
 )
@@ -68,15 +69,19 @@ def measure_point(
     warm = time_chunks(point_inputs(point, max(tuples // 10, 2_000), window, seed + 1)[0],
                        per_chunk)  # fmt: skip
     names = list(NAMES)
-    agreedy = mjoin_plans(names, [], seed)[0]
+    agreedy = agreedy_plan(names, seed)
     drive(agreedy.make(), warm)  # compiles the MJoin's kernels
     ref = drive(agreedy.make(), chunks)
     ref_head = drive(agreedy.make(), head)
-    orders = learned_orders_of(agreedy, chunks)
-    plans = mjoin_plans(names, orders, seed) + tree_plans(names)
-    probe = plans[1].make()
-    prefix, quota_m = cache_candidates(probe, orders)
-    plans += cache_plans(names, orders, cache_subsets(quota_m))
+    order_sets = {"agreedy_fixed": learned_orders_of(agreedy, chunks),
+                  "static": static_orders(sets, sizes)}  # fmt: skip
+    plans = [agreedy, *tree_plans(names)]
+    counts: dict[str, tuple[int, int]] = {}
+    for tag, orders in order_sets.items():
+        fixed = fixed_plan(names, orders, tag)
+        prefix, quota_m = cache_candidates(fixed.make(), orders)
+        counts[tag] = (len(prefix), len(quota_m))
+        plans += [fixed, *cache_plans(names, orders, cache_subsets(quota_m), tag)]
     screened: dict[str, float] = {}
     for plan in plans:
         _check(drive(plan.make(), warm), drive(agreedy.make(), warm), plan.label, "warm-up")
@@ -100,14 +105,17 @@ def measure_point(
         "windows": sizes,
         "deltas": ref.deltas,
         "results": ref.results,
-        "orders": {names[i]: [names[j] for j in o] for i, o in enumerate(orders)},
-        "prefix_candidates": len(prefix),
-        "quota_candidates": len(quota_m),
+        "orders": {
+            tag: {names[i]: [names[j] for j in o] for i, o in enumerate(orders)}
+            for tag, orders in order_sets.items()
+        },
+        "candidates": {tag: {"prefix": p, "quota": q} for tag, (p, q) in counts.items()},
         "plans_screened": len(plans),
         "screened_tuples_per_s": screened,
     }
-    out["mjoin_agreedy_tuples_per_s"] = full["M/agreedy"].rate
-    out["mjoin_fixed_tuples_per_s"] = full["M/fixed"].rate
+    for label in ("M/agreedy", "M/agreedy_fixed", "M/static"):
+        if label in full:
+            out[f"mjoin_{label[2:]}_tuples_per_s"] = full[label].rate
     for kind in "MXPG":
         plan, run = best[kind]
         out[kind] = {
@@ -140,8 +148,8 @@ def _best(finals: list[Plan], full: dict[str, Run]) -> dict[str, tuple[Plan, Run
     for kind in "MXPG":
         allowed = "PG" if kind == "G" else kind
         mine = [p for p in finals if p.kind in allowed]
-        if not mine:  # no candidate caches: the plan is the MJoin with fixed orders
-            mine = [p for p in finals if p.label == "M/fixed"]
+        if not mine:  # no candidate caches at all: no cached plan
+            continue
         top = max(mine, key=lambda p: full[p.label].rate)
         best[kind] = (top, full[top.label])
     return best

@@ -22,7 +22,7 @@ to whole values moves the selectivities by a few percent; the realised ones are 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, permutations
 
 import numpy as np
 
@@ -136,3 +136,29 @@ def point_inputs(
         sizes.append(rate * window)
         out.append(rows_window_deltas(keys, ts, rate * window))
     return out, sets, sizes
+
+
+def static_orders(sets: KeySets, sizes: list[int]) -> tuple[tuple[int, ...], ...]:
+    """Each pipeline's order with the fewest expected probes when probes stop at the first
+    window without the key (the MJoin's drop probing): value v is in window j with probability
+    1 - (1 - 1/|V_j|)^W_j if v is in V_j, else 0, independently given v; arrivals at i draw v
+    uniformly from V_i. The model's optimum, for the "M/static" plan and its caches."""
+    dom = int(max(int(v.max()) for v in sets.values)) + 1
+    present = np.zeros((4, dom))
+    for j, v in enumerate(sets.values):
+        present[j, v] = 1.0 - (1.0 - 1.0 / len(v)) ** sizes[j]
+    out = []
+    for i in range(4):
+        arrivals = sets.values[i]
+        best: tuple[float, tuple[int, ...]] | None = None
+        for order in permutations([j for j in range(4) if j != i]):
+            reach = np.ones(len(arrivals))
+            cost = 0.0
+            for j in order:
+                cost += float(reach.mean())
+                reach = reach * present[j, arrivals]
+            if best is None or cost < best[0] - 1e-12:
+                best = (cost, order)
+        assert best is not None
+        out.append(best[1])
+    return tuple(out)

@@ -1,13 +1,14 @@
 """The plans ``streamon bench caching`` compares (Babu et al., ICDE 2005, Sect. 7.3, Fig. 11),
 how they are built, driven over the same deltas and measured.
 
-- M: the MJoin, A-Greedy ordering (as the paper's M), and the same join with A-Greedy's final
-  orders fixed; the faster of the two counts as the best MJoin;
+- M: the MJoin, A-Greedy ordering (as the paper's M), the same join with A-Greedy's final
+  orders fixed, and with the data model's optimal static orders fixed
+  (:func:`~processors.bench.caching_data.static_orders`); the fastest counts as the best MJoin;
 - X: every binary join tree of the four inputs (15 up to the order of children), run by
   :class:`JoinTreeStage`, its intermediate relations stored;
-- P / G: the MJoin with A-Greedy's final orders fixed and caches forced at run time
-  (``MJoinStage.use_caches``), over non-overlapping subsets of the prefix-invariant candidates
-  (P), or of Sect. 6's m = 6 quota with globally-consistent ones (G).
+- P / G: the MJoin with either set of fixed orders and caches forced at run time
+  (``MJoinStage.use_caches``), over non-overlapping subsets of that order's prefix-invariant
+  candidates (P), or of Sect. 6's m = 6 quota with globally-consistent ones (G).
 
 Every run's result rows and inserts must equal the A-Greedy MJoin's (exactness first).
 """
@@ -210,7 +211,10 @@ def cache_subsets(cands: Sequence[Candidate]) -> list[tuple[Candidate, ...]]:
 
 
 def cache_plans(
-    names: Sequence[str], orders: Sequence[Sequence[int]], subsets: Sequence[tuple[Candidate, ...]]
+    names: Sequence[str],
+    orders: Sequence[Sequence[int]],
+    subsets: Sequence[tuple[Candidate, ...]],
+    tag: str = "agreedy",
 ) -> list[Plan]:
     preds = star_predicates(len(names))
 
@@ -224,5 +228,5 @@ def cache_plans(
     for subset in subsets:
         kind = "G" if any(c.kind == "global" for c in subset) else "P"
         text = ", ".join(f"{c.label(names)}" for c in subset)
-        plans.append(Plan(f"{kind}/{text}", kind, lambda s=subset: make(s), text))
+        plans.append(Plan(f"{kind}[{tag}]/{text}", kind, lambda s=subset: make(s), text))
     return plans

@@ -10,15 +10,23 @@ import numpy as np
 import pytest
 
 from processors.bench.caching import run_caching_bench
-from processors.bench.caching_data import NAMES, PAIRS, TABLE2, key_sets, point_inputs
+from processors.bench.caching_data import (
+    NAMES,
+    PAIRS,
+    TABLE2,
+    key_sets,
+    point_inputs,
+    static_orders,
+)
 from processors.bench.caching_plans import (
+    agreedy_plan,
     binary_trees,
     cache_candidates,
     cache_plans,
     cache_subsets,
     drive,
+    fixed_plan,
     learned_orders,
-    mjoin_plans,
     time_chunks,
     tree_plans,
 )
@@ -57,19 +65,19 @@ def _rows(stage: MJoinStage, chunks: list) -> Counter:
 
 @pytest.mark.parametrize("point", ["d1", "d3", "d5"])
 def test_every_plan_gives_the_mjoins_results(point: str) -> None:
-    inputs, _, _ = point_inputs(point, 3_000, 20, seed=3)
+    inputs, sets, sizes = point_inputs(point, 3_000, 20, seed=3)
     chunks = time_chunks(inputs, 256)
     names = list(NAMES)
-    agreedy = mjoin_plans(names, [], 3)[0]
+    agreedy = agreedy_plan(names, 3)
     stage = agreedy.make()
     ref = drive(stage, chunks)
     assert ref.results > 0 and ref.inserts < ref.results  # joins and deletes both happen
-    orders = learned_orders(stage)
     expected = _rows(agreedy.make(), chunks)
-    probe = mjoin_plans(names, orders, 3)[1].make()
-    _, quota_m = cache_candidates(probe, orders)
-    plans = mjoin_plans(names, orders, 3) + tree_plans(names)
-    plans += cache_plans(names, orders, cache_subsets(quota_m))
+    plans = [agreedy, *tree_plans(names)]
+    for tag, orders in (("learned", learned_orders(stage)), ("static", static_orders(sets, sizes))):
+        fixed = fixed_plan(names, orders, tag)
+        _, quota_m = cache_candidates(fixed.make(), orders)
+        plans += [fixed, *cache_plans(names, orders, cache_subsets(quota_m), tag)]
     assert any(p.kind == "P" for p in plans)
     for plan in plans:
         run = drive(plan.make(), chunks)
