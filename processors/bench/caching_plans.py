@@ -136,7 +136,16 @@ class Plan:
     detail: str
 
 
-def mjoin_plans(names: Sequence[str], orders: Sequence[Sequence[int]], seed: int) -> list[Plan]:
+def agreedy_plan(names: Sequence[str], seed: int) -> Plan:
+    """The MJoin as the paper's M: A-Greedy orders its pipelines."""
+    preds = star_predicates(len(names))
+    return Plan(
+        "M/agreedy", "M", lambda: MJoinStage(names, preds, OrderingConfig(seed=seed)), "A-Greedy"
+    )
+
+
+def fixed_plan(names: Sequence[str], orders: Sequence[Sequence[int]], tag: str) -> Plan:
+    """The MJoin with ``orders`` fixed (``tag`` names where they come from)."""
     preds = star_predicates(len(names))
 
     def fixed() -> MJoinStage:
@@ -144,15 +153,7 @@ def mjoin_plans(names: Sequence[str], orders: Sequence[Sequence[int]], seed: int
         fix_orders(s, orders)
         return s
 
-    return [
-        Plan(
-            "M/agreedy",
-            "M",
-            lambda: MJoinStage(names, preds, OrderingConfig(seed=seed)),
-            "A-Greedy",
-        ),  # fmt: skip
-        Plan("M/fixed", "M", fixed, f"fixed orders {list(map(list, orders))}"),
-    ]
+    return Plan(f"M/{tag}", "M", fixed, f"orders {list(map(list, orders))}")
 
 
 def binary_trees(leaves: Sequence[str]) -> list[JoinTree]:
