@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="ingest: 500,000 (default); spark: 1,000,000; latency: the backlog, 200,000; "
-        "caching: input tuples per point, 80,000",
+        "caching: input tuples per point, 400,000",
     )
     bench.add_argument("--tuples", type=int, default=4_000_000, help="filters: stage tuples")
     bench.add_argument(

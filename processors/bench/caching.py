@@ -54,12 +54,12 @@ def _check(run: Run, ref: Run, label: str, what: str) -> None:
 
 def measure_point(
     point: str,
-    tuples: int = 120_000,
+    tuples: int = 400_000,
     window: int | None = None,
     per_chunk: int = 16_384,
     screen: float = 0.3,
-    finalists: int = 2,
-    rounds: int = 2,
+    finalists: int = 3,
+    rounds: int = 3,
     seed: int = 1,
 ) -> dict[str, Any]:
     """Every plan of ``point``: screening, finals, the best of each kind (module docstring)."""
@@ -165,7 +165,7 @@ def _cache_stats(run: Run) -> dict[str, Any]:
 
 def run_caching_bench(
     points: Sequence[str] = tuple(TABLE2),
-    tuples: int = 120_000,
+    tuples: int = 400_000,
     budget_bytes: int = 1 << 20,
     **knobs: Any,
 ) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         points = args.points.split(",") if getattr(args, "points", None) else list(TABLE2)
         return run_caching_bench(
             points,
-            tuples=args.records or 80_000,
+            tuples=args.records or 400_000,
             budget_bytes=int(getattr(args, "budget_kb", 1024.0) * 1024),
         )
     if args.what == "spark":
