@@ -117,6 +117,9 @@ def measure_point(
         if label in full:
             out[f"mjoin_{label[2:]}_tuples_per_s"] = full[label].rate
     for kind in "MXPG":
+        if kind not in best:  # no candidate cache of that kind under either order set
+            out[kind] = None
+            continue
         plan, run = best[kind]
         out[kind] = {
             "plan": plan.label,
@@ -124,6 +127,8 @@ def measure_point(
             "subresult_bytes": run.peak_bytes,
             "caches": _cache_stats(run),
         }
+        if "probes_per_delta" in run.stats:
+            out[kind]["probes_per_delta"] = run.stats["probes_per_delta"]
     return out
 
 
@@ -176,20 +181,28 @@ def run_caching_bench(
         _say(f"{point}: rates {TABLE2[point][0]}, selectivities {TABLE2[point][1]}")
         fig = measure_point(point, tuples, **knobs)
         results["points"][point] = fig
-        m, x, p, g = (fig[k]["tuples_per_s"] for k in "MXPG")
+        m, x, p, g = (fig[k]["tuples_per_s"] if fig[k] else None for k in "MXPG")
         fits = fig["X"]["subresult_bytes"] <= budget_bytes
         fig["X"]["fits_budget"] = fits
+        results[f"prefix_vs_mjoin_{point}"] = p / m if p else None
+        if g is None:
+            results[f"cached_vs_mjoin_{point}"] = None
+            _say("  no candidate cache under either order set")
+            continue
         fig["G"]["fits_budget"] = fig["G"]["subresult_bytes"] <= budget_bytes
         results[f"cached_vs_mjoin_{point}"] = g / m
-        results[f"prefix_vs_mjoin_{point}"] = p / m
         results[f"cached_vs_xjoin_{point}"] = g / x
         if fits:
             ratios_x.append(g / x)
         for kind in "MXPG":
-            k = fig[kind]
-            _say(f"  {kind} {k['tuples_per_s']:>12,.0f}/s  {k['subresult_bytes']:>10,} B  "
-                 f"{k['plan']}")  # fmt: skip
-        _say(f"  G/M {g / m:.2f}  P/M {p / m:.2f}  G/X {g / x:.2f} (X fits: {fits}); "
+            if fig[kind]:
+                k = fig[kind]
+                _say(f"  {kind} {k['tuples_per_s']:>12,.0f}/s  {k['subresult_bytes']:>10,} B  "
+                     f"{k['plan']}")  # fmt: skip
+            else:
+                _say(f"  {kind} none: no candidate of this kind")
+        shown = f"{p / m:.2f}" if p else "-"
+        _say(f"  G/M {g / m:.2f}  P/M {shown}  G/X {g / x:.2f} (X fits: {fits}); "
              f"{fig['results']:,} results, same from every plan")  # fmt: skip
     results["cached_vs_xjoin_min"] = min(ratios_x) if ratios_x else None
     from processors.bench.machine import machine_info
