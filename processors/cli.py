@@ -251,13 +251,24 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks")
     bench.add_argument(
         "what",
-        choices=["ingest", "codec", "envelope", "filters", "mjoin", "spark", "arbiter", "latency"],
+        choices=[
+            "ingest",
+            "codec",
+            "envelope",
+            "filters",
+            "mjoin",
+            "caching",
+            "spark",
+            "arbiter",
+            "latency",
+        ],
     )
     bench.add_argument(
         "--records",
         type=int,
         default=None,
-        help="ingest: 500,000 (default); spark: 1,000,000; latency: the backlog, 200,000",
+        help="ingest: 500,000 (default); spark: 1,000,000; latency: the backlog, 200,000; "
+        "caching: input tuples per point, 400,000",
     )
     bench.add_argument("--tuples", type=int, default=4_000_000, help="filters: stage tuples")
     bench.add_argument(
@@ -278,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="latency: every tick on every input partition, as keyed producers write "
         "(default: unkeyed, one partition a tick)",
+    )
+    bench.add_argument(
+        "--points", default=None, help="caching: Table 2 points, e.g. d1,d4 (default: all)"
+    )
+    bench.add_argument(
+        "--budget-kb", type=float, default=1024.0, help="caching: subresult memory budget"
     )
     bench.add_argument("--json", default=None, help="write the results to this JSON file")
     bench.set_defaults(func=_bench)

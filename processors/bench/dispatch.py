@@ -21,6 +21,16 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         from processors.bench.mjoin import run_mjoin_bench
 
         return run_mjoin_bench(kafka=not args.no_kafka)
+    if args.what == "caching":
+        from processors.bench.caching import run_caching_bench
+        from processors.bench.caching_data import TABLE2
+
+        points = args.points.split(",") if getattr(args, "points", None) else list(TABLE2)
+        return run_caching_bench(
+            points,
+            tuples=args.records or 400_000,
+            budget_bytes=int(getattr(args, "budget_kb", 1024.0) * 1024),
+        )
     if args.what == "spark":
         from processors.bench.spark import run_spark_bench
 

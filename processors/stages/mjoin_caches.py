@@ -85,7 +85,8 @@ class MJoinCaches:
         self.placed: list[Placed] = []
         self.plan_changes = PlanChanges(stage_name, "caches", log)
         self.epoch = 0
-        self._first_insert = np.zeros(0, np.int64)
+        self._first_insert: np.ndarray | None = None
+        self._epoch_parts: tuple[Sequence[Batch | None], Sequence[np.ndarray]] = ((), ())
         self._ran = np.zeros(0, np.bool_)
         self._segments: dict[tuple[int, int], Placed] = {}
         self._feeds: dict[tuple[int, int], list[Placed]] = {}
@@ -175,18 +176,29 @@ class MJoinCaches:
     def begin_epoch(self, parts: Sequence[Batch | None], gens: Sequence[np.ndarray]) -> None:
         """A new epoch: its deltas are numbered and its inserts stored."""
         self.epoch += 1
-        if not self.placed:  # the uncached MJoin's per-call cost stays what it was
-            return
-        self._first_insert = np.full(len(parts), NEVER, np.int64)
-        for x, part in enumerate(parts):
-            if part is not None:
-                ins = gens[x][part.sign == INSERT]
-                self._first_insert[x] = ins.min() if len(ins) else NEVER
         self._ran = np.zeros(len(parts), np.bool_)
+        self._epoch_parts = (parts, gens)
+        self._first_insert = None  # computed when a cache first needs it this epoch
+
+    def _first_inserts(self) -> np.ndarray:
+        """Per input, the sequence number of this epoch's first insert (NEVER: none). Lazy:
+        an MJoin without caches never pays for it (a cache placed mid-epoch by the adaptive
+        selector still gets it)."""
+        if self._first_insert is None:
+            parts, gens = self._epoch_parts
+            first = np.full(len(parts), NEVER, np.int64)
+            for x, part in enumerate(parts):
+                if part is not None:
+                    ins = gens[x][part.sign == INSERT]
+                    first[x] = ins.min() if len(ins) else NEVER
+            self._first_insert = first
+        return self._first_insert
 
     def pipelines(self, n: int) -> Iterator[int]:
         """The pipelines in the order to run them this epoch: each cache's feeders before its
         pipeline where possible (the order changes no result); marks each as run."""
+        # without caches (yet) the pipelines run in index order and are not marked: a cache
+        # placed mid-epoch then takes every feeder as not run, which only makes it miss more
         return self._ordered(n) if self.placed else iter(range(n))
 
     def _ordered(self, n: int) -> Iterator[int]:
@@ -217,7 +229,8 @@ class MJoinCaches:
             self.adaptive.tick(stage)
 
     def _fresh_below(self, c: Placed) -> int:
-        waiting = [int(self._first_insert[x]) for x in c.maintained if not self._ran[x]]
+        first = self._first_inserts()
+        waiting = [int(first[x]) for x in c.maintained if not self._ran[x]]
         return min(waiting, default=NEVER)
 
     # -- the pipeline hooks -------------------------------------------------------------------

@@ -1,0 +1,211 @@
+"""``streamon bench caching``: Fig. 11 of Babu et al. (ICDE 2005, Sect. 7.3) in process.
+
+For each of Table 2's points D1-D8 (inputs: :mod:`processors.bench.caching_data`), the rate
+(input deltas per second of stage time, same run, same deltas) of the best MJoin (M), the best
+XJoin (X, all 15 binary trees), the best plan with prefix-invariant caches (P) and with Sect.
+6's globally-consistent caches too (G, m = 6), each plan's peak subresult memory, and the
+ratios the issue asks for: ``cached_vs_mjoin_dN`` = G / M and ``cached_vs_xjoin_min`` = the
+least G / X over the points where the best XJoin fits ``budget_bytes``.
+
+Deltas reach the stages in time order, about ``per_chunk`` (16,384) of all inputs at a time (an
+epoch of the MJoin). A-Greedy's orders at the end of a run over all the deltas are the orders
+of "M/fixed" and of every cached plan (the paper's caching plans use A-Greedy's orders too);
+they vary between runs, and with them the candidates.
+
+Search (kept to a few minutes on 2 cores): every plan of a point runs once over a screening
+prefix (the first ``screen`` of the deltas); the best ``finalists`` of each kind then run over
+all the deltas, in ``rounds`` alternating rounds, and their best round counts. P and G are
+exhaustive over their candidates' non-overlapping subsets, as the paper's are (Sect. 7.3); G
+takes the best of P's plans and its own, since the quota contains every P candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from processors.bench.caching_data import NAMES, TABLE2, point_inputs, static_orders
+from processors.bench.caching_plans import (
+    Plan,
+    Run,
+    agreedy_plan,
+    cache_candidates,
+    cache_plans,
+    cache_subsets,
+    drive,
+    fixed_plan,
+    learned_orders,
+    time_chunks,
+    tree_plans,
+)
+
+
+def _say(text: str) -> None:
+    print(f"[bench] {text}", flush=True)
+
+
+def _check(run: Run, ref: Run, label: str, what: str) -> None:
+    if (run.results, run.inserts) != (ref.results, ref.inserts):
+        raise AssertionError(
+            f"bench caching: {label} gave {run.results:,} result rows ({run.inserts:,} inserts) "
+            f"on {what}, the MJoin {ref.results:,} ({ref.inserts:,})"
+        )
+
+
+def measure_point(
+    point: str,
+    tuples: int = 400_000,
+    window: int | None = None,
+    per_chunk: int = 16_384,
+    screen: float = 0.3,
+    finalists: int = 3,
+    rounds: int = 3,
+    seed: int = 1,
+) -> dict[str, Any]:
+    """Every plan of ``point``: screening, finals, the best of each kind (module docstring)."""
+    inputs, sets, sizes = point_inputs(point, tuples, window, seed)
+    chunks = time_chunks(inputs, per_chunk)
+    head = chunks[: max(int(len(chunks) * screen), 1)]
+    warm = time_chunks(point_inputs(point, max(tuples // 10, 2_000), window, seed + 1)[0],
+                       per_chunk)  # fmt: skip
+    names = list(NAMES)
+    agreedy = agreedy_plan(names, seed)
+    drive(agreedy.make(), warm)  # compiles the MJoin's kernels
+    ref = drive(agreedy.make(), chunks)
+    ref_head = drive(agreedy.make(), head)
+    order_sets = {"agreedy_fixed": learned_orders_of(agreedy, chunks),
+                  "static": static_orders(sets, sizes)}  # fmt: skip
+    plans = [agreedy, *tree_plans(names)]
+    counts: dict[str, tuple[int, int]] = {}
+    for tag, orders in order_sets.items():
+        fixed = fixed_plan(names, orders, tag)
+        prefix, quota_m = cache_candidates(fixed.make(), orders)
+        counts[tag] = (len(prefix), len(quota_m))
+        plans += [fixed, *cache_plans(names, orders, cache_subsets(quota_m), tag)]
+    screened: dict[str, float] = {}
+    for plan in plans:
+        _check(drive(plan.make(), warm), drive(agreedy.make(), warm), plan.label, "warm-up")
+        run = drive(plan.make(), head)
+        _check(run, ref_head, plan.label, "the screening prefix")
+        screened[plan.label] = run.rate
+    finals = _finalists(plans, screened, finalists)
+    full: dict[str, Run] = {}
+    for _ in range(rounds):
+        for plan in finals:
+            run = drive(plan.make(), chunks)
+            _check(run, ref, plan.label, "all deltas")
+            if plan.label not in full or run.rate > full[plan.label].rate:
+                full[plan.label] = run
+    best = _best(finals, full)
+    out: dict[str, Any] = {
+        "rates": TABLE2[point][0],
+        "selectivity_target": TABLE2[point][1],
+        "selectivity_realised": [round(s, 6) for s in sets.selectivity],
+        "value_set_size": len(sets.values[0]),
+        "windows": sizes,
+        "deltas": ref.deltas,
+        "results": ref.results,
+        "orders": {
+            tag: {names[i]: [names[j] for j in o] for i, o in enumerate(orders)}
+            for tag, orders in order_sets.items()
+        },
+        "candidates": {tag: {"prefix": p, "quota": q} for tag, (p, q) in counts.items()},
+        "plans_screened": len(plans),
+        "screened_tuples_per_s": screened,
+    }
+    for label in ("M/agreedy", "M/agreedy_fixed", "M/static"):
+        if label in full:
+            out[f"mjoin_{label[2:]}_tuples_per_s"] = full[label].rate
+    for kind in "MXPG":
+        if kind not in best:  # no candidate cache of that kind under either order set
+            out[kind] = None
+            continue
+        plan, run = best[kind]
+        out[kind] = {
+            "plan": plan.label,
+            "tuples_per_s": run.rate,
+            "subresult_bytes": run.peak_bytes,
+            "caches": _cache_stats(run),
+        }
+        if "probes_per_delta" in run.stats:
+            out[kind]["probes_per_delta"] = run.stats["probes_per_delta"]
+    return out
+
+
+def learned_orders_of(agreedy: Plan, chunks: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+    """A-Greedy's orders at the end of a run over ``chunks``."""
+    stage = agreedy.make()
+    drive(stage, chunks)
+    return learned_orders(stage)
+
+
+def _finalists(plans: list[Plan], screened: dict[str, float], k: int) -> list[Plan]:
+    out: list[Plan] = []
+    for kind in "MXPG":
+        mine = sorted((p for p in plans if p.kind == kind), key=lambda p: -screened[p.label])
+        out += mine if kind == "M" else mine[:k]
+    return out
+
+
+def _best(finals: list[Plan], full: dict[str, Run]) -> dict[str, tuple[Plan, Run]]:
+    """The fastest finalist of each kind; G's includes P's (the quota holds P's candidates)."""
+    best: dict[str, tuple[Plan, Run]] = {}
+    for kind in "MXPG":
+        allowed = "PG" if kind == "G" else kind
+        mine = [p for p in finals if p.kind in allowed]
+        if not mine:  # no candidate caches at all: no cached plan
+            continue
+        top = max(mine, key=lambda p: full[p.label].rate)
+        best[kind] = (top, full[top.label])
+    return best
+
+
+def _cache_stats(run: Run) -> dict[str, Any]:
+    caches = run.stats.get("caches", {})
+    return {
+        name: {k: s[k] for k in ("hits", "misses", "entries", "bytes") if k in s}
+        for name, s in caches.items()
+    }
+
+
+def run_caching_bench(
+    points: Sequence[str] = tuple(TABLE2),
+    tuples: int = 400_000,
+    budget_bytes: int = 1 << 20,
+    **knobs: Any,
+) -> dict[str, Any]:
+    """Fig. 11's comparison at ``points``; the JSON figures of the module docstring."""
+    results: dict[str, Any] = {"budget_bytes": budget_bytes, "tuples": tuples, "points": {}}
+    ratios_x = []
+    for point in points:
+        _say(f"{point}: rates {TABLE2[point][0]}, selectivities {TABLE2[point][1]}")
+        fig = measure_point(point, tuples, **knobs)
+        results["points"][point] = fig
+        m, x, p, g = (fig[k]["tuples_per_s"] if fig[k] else None for k in "MXPG")
+        fits = fig["X"]["subresult_bytes"] <= budget_bytes
+        fig["X"]["fits_budget"] = fits
+        results[f"prefix_vs_mjoin_{point}"] = p / m if p else None
+        if g is None:
+            results[f"cached_vs_mjoin_{point}"] = None
+            _say("  no candidate cache under either order set")
+            continue
+        fig["G"]["fits_budget"] = fig["G"]["subresult_bytes"] <= budget_bytes
+        results[f"cached_vs_mjoin_{point}"] = g / m
+        results[f"cached_vs_xjoin_{point}"] = g / x
+        if fits:
+            ratios_x.append(g / x)
+        for kind in "MXPG":
+            if fig[kind]:
+                k = fig[kind]
+                _say(f"  {kind} {k['tuples_per_s']:>12,.0f}/s  {k['subresult_bytes']:>10,} B  "
+                     f"{k['plan']}")  # fmt: skip
+            else:
+                _say(f"  {kind} none: no candidate of this kind")
+        shown = f"{p / m:.2f}" if p else "-"
+        _say(f"  G/M {g / m:.2f}  P/M {shown}  G/X {g / x:.2f} (X fits: {fits}); "
+             f"{fig['results']:,} results, same from every plan")  # fmt: skip
+    results["cached_vs_xjoin_min"] = min(ratios_x) if ratios_x else None
+    from processors.bench.machine import machine_info
+
+    results["machine"] = machine_info()
+    return results
