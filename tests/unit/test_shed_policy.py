@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from processors.core.cost.shed_policy import material, next_keep, target
+from processors.core.cost.shed_policy import READ_COST, material, next_keep, target
 from processors.core.cost.shed_signals import Signals, feeders, flow_queues, signals
 from processors.core.plan import ShedConfig
 from processors.core.query import Query
@@ -264,7 +264,9 @@ def test_between_decisions_a_rising_read_rate_is_met_at_once() -> None:
     last = Decided(rate=10_000.0, need=0.9, aim=0.8)
     assert feed_forward({"r": 0.5}, 11_500.0, last, config) is None  # under 20% more
     keep, decided, why = feed_forward({"r": 0.5}, 12_500.0, last, config)
-    assert keep == {"r": pytest.approx(0.4)} and "kept rate held" in why  # 0.5 * 10k / 12.5k
+    # 0.5 * 10k / 12.5k, less the reading of 2.5k more records a second (READ_COST each)
+    assert keep == {"r": pytest.approx(0.4 - READ_COST * 2_500 / 12_500)}
+    assert "cost held" in why
     assert decided == Decided(12_500.0, 0.9, 0.8)
     # not shedding: 0.6 grown by 1.5 is 0.9, within 15% of the aim; by 2 it is 1.2: start
     calm = Decided(rate=10_000.0, need=0.6, aim=0.8)
@@ -276,7 +278,8 @@ def test_between_decisions_a_rising_read_rate_is_met_at_once() -> None:
 
 def test_between_decisions_a_falling_read_rate_gives_the_shares_back() -> None:
     """While shedding, a fall of the read rate raises every share by its inverse (each
-    input's kept rate held), up to a lift; not shedding, a fall changes nothing."""
+    input's kept rate held, plus the reading freed), up to a lift; not shedding, a fall
+    changes nothing."""
     from processors.core.cost.shed_policy import Decided, feed_forward
 
     config = ShedConfig(500)
@@ -284,8 +287,9 @@ def test_between_decisions_a_falling_read_rate_gives_the_shares_back() -> None:
     current = {"a": 0.3, "b": 0.2}
     assert feed_forward(current, 17_500.0, last, config) is None  # under 20% less
     keep, decided, why = feed_forward(current, 15_000.0, last, config)
-    assert keep == {"a": pytest.approx(0.4), "b": pytest.approx(0.8 / 3)}
-    assert decided == Decided(15_000.0, 0.8, 0.8) and "kept rate held" in why
+    freed = READ_COST * 5_000 / 15_000  # 5k fewer records a second to read
+    assert keep == {"a": pytest.approx(0.4 + freed), "b": pytest.approx(0.8 / 3 + freed)}
+    assert decided == Decided(15_000.0, 0.8, 0.8) and "cost held" in why
     keep, _, _ = feed_forward({"a": 0.5, "b": 0.9}, 5_000.0, last, config)
     assert keep == {"a": 1.0, "b": 1.0}  # capped at 1: a lift
     assert feed_forward({"a": 1.0, "b": 1.0}, 5_000.0, last, config) is None
@@ -311,7 +315,7 @@ def test_the_controller_cuts_between_decisions_when_its_boxes_read_more() -> Non
     assert len(sent) == 3  # the rate measured over the last second rose 20% twice
     fast = [decode_control(v, SchemaStore()).payload for v, _ in sent[1:]]
     assert shares > fast[0]["keep"]["r"] > fast[1]["keep"]["r"] >= shares / 2
-    assert all("kept rate held" in f["reason"] for f in fast)
+    assert all("cost held" in f["reason"] for f in fast)
 
 
 def test_shares_held_by_a_decision_stay_meant_for_the_rate_they_were_set_at() -> None:
@@ -333,4 +337,4 @@ def test_shares_held_by_a_decision_stay_meant_for_the_rate_they_were_set_at() ->
             ctl.tick(shedding)
     assert len(sent) == 1  # held twice, then 1,250/s is 25% over the 1,000 they were set at
     fast = decode_control(sent[0][0], SchemaStore()).payload
-    assert "kept rate held" in fast["reason"] and fast["keep"]["r"] < 0.5 / 1.2
+    assert "cost held" in fast["reason"] and fast["keep"]["r"] < 0.5 / 1.2

@@ -55,6 +55,12 @@ HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
 #: between decisions, a read rate this much above (or, while shedding, below) the last
 #: decision's is acted on at once
 FAST_RISE = 1.2
+#: what reading (and dropping) a record costs, as a share of what processing a kept one
+#: costs: the drop box refuses records before their decode, but the consumer still fetches
+#: and hands each over. Estimated from the shedding experiment's timeline (a kept rate held
+#: while the offered rate rose from 1.1 to 3 times the capacity filled the processor:
+#: about 0.13); feed_forward holds the cost of both, not the kept rate alone
+READ_COST = 0.1
 #: shares closer than this to the current ones are not worth a new SHED record
 MATERIAL = 0.02
 #: the search's effort at run time (cost model evaluations; docs/shedding.md)
@@ -149,8 +155,9 @@ def feed_forward(
     second old), the read rate, counted by the drop boxes themselves, is fresh. While
     shedding, when it rose or fell by FAST_RISE since the last decision, every share changes
     by the inverse, so that each input's kept rate (and so the load: a RANGE window holds what
-    its input keeps) stays as that decision left it: the shares shrink in a climb and grow back
-    as the load falls, up to a lift. Not shedding yet, a rise starts the shares at the aim over
+    its input keeps) stays as that decision left it, less (or plus) what reading the extra (or
+    fewer) records costs (READ_COST): the shares shrink in a climb and grow back as the load
+    falls, up to a lift. Not shedding yet, a rise starts the shares at the aim over
     the need grown with the rate, if that is clearly over. The new shares, what they are
     decided on (for the next change), why; None: no change."""
     if last.rate <= 0 or last.need <= 0 or rate_now <= 0:
@@ -162,12 +169,18 @@ def feed_forward(
     grown = last.need * rate_now / last.rate
     if not shedding and grown <= HYSTERESIS * last.aim:
         return None
-    factor = last.rate / rate_now if shedding else last.aim / grown
-    keep = {n: min(1.0, max(config.min_keep, v * factor)) for n, v in current.items()}
-    why = (
-        f"read rate {last.rate:.0f}/s -> {rate_now:.0f}/s since the last decision: "
-        f"{'kept rate held' if shedding else f'need about {grown:.2f}, aim {last.aim:.2f}'}"
+    if shedding:  # hold READ_COST * read + kept: the kept rate gives way to the reading
+        read = READ_COST * (rate_now - last.rate) / rate_now
+        keep = {
+            n: min(1.0, max(config.min_keep, v * last.rate / rate_now - read))
+            for n, v in current.items()
+        }
+    else:
+        keep = {n: min(1.0, max(config.min_keep, v * last.aim / grown)) for n, v in current.items()}
+    held = (
+        "cost held (kept and read)" if shedding else f"need about {grown:.2f}, aim {last.aim:.2f}"
     )
+    why = f"read rate {last.rate:.0f}/s -> {rate_now:.0f}/s since the last decision: {held}"
     return keep, Decided(rate_now, last.need if shedding else last.aim, last.aim), why
 
 
