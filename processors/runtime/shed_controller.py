@@ -38,6 +38,10 @@ MIN_SPAN_MS = 1_000
 WARMUP_MS = 3_000
 #: the read rate between decisions is measured over this long
 READ_RATE_S = 1.0
+#: a fall of the read rate raises the shares between decisions only once this many polls in a
+#: row saw it (cut fast, raise slowly): a worker that falls behind reads less for a moment
+#: while as much is offered, and raising the shares then would deepen its overload
+FALL_CONFIRM_POLLS = 3
 #: the records kept for the cost model's figures (every worker's, about the last minute)
 KEPT_RECORDS = 2_000
 #: a worker stops acting as the controller when no stats arrived for this long
@@ -73,6 +77,7 @@ class ShedController:
         self.reads = reads
         self._reads: collections.deque[tuple[float, int]] = collections.deque()
         self._decided: Decided | None = None
+        self._falls = 0  # polls in a row whose feed-forward would raise the shares
 
     def on_stats(self, record: dict[str, Any], own: bool = False) -> None:
         """A Stats record: from the stats topic (every worker's), and ``own`` from this
@@ -130,7 +135,13 @@ class ShedController:
                 else feed_forward(current, rate, self._decided, self.config)
             )
             if fast is None or not material(fast[0], current):
+                self._falls = 0
                 return False
+            if any(v > current.get(n, 1.0) for n, v in fast[0].items()):
+                self._falls += 1
+                if self._falls < FALL_CONFIRM_POLLS:
+                    return False
+            self._falls = 0
             keep, self._decided, why = fast
             return self._publish_keep(keep, why, now)
         self._last_check = now

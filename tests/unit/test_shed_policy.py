@@ -338,3 +338,29 @@ def test_shares_held_by_a_decision_stay_meant_for_the_rate_they_were_set_at() ->
     assert len(sent) == 1  # held twice, then 1,250/s is 25% over the 1,000 they were set at
     fast = decode_control(sent[0][0], SchemaStore()).payload
     assert "cost held" in fast["reason"] and fast["keep"]["r"] < 0.5 / 1.2
+
+
+def test_a_fall_of_the_read_rate_raises_the_shares_only_once_it_lasts() -> None:
+    """Cut fast, raise slowly: a worker that falls behind reads less for a moment while as
+    much is offered; the feed-forward raises the shares only after FALL_CONFIRM_POLLS polls in
+    a row saw the fall (a rise is acted on at the first)."""
+    from processors.runtime.shed_controller import FALL_CONFIRM_POLLS
+
+    sent: list[tuple[bytes, bytes]] = []
+    clock = [100.0]
+    ctl = ShedController(plan(), lambda value, key: sent.append((value, key)), "w1",
+                         clock=lambda: clock[0])  # fmt: skip
+    for r in records(1_000, 0.85, 0, 0, 100.0, seconds=6):  # held by the decisions
+        ctl.on_stats(r)
+    rates = iter([2_000.0] * 2 + [1_500.0] * (FALL_CONFIRM_POLLS - 1) + [2_000.0] * 3
+                 + [1_500.0] * FALL_CONFIRM_POLLS)  # fmt: skip
+    ctl.read_rate = lambda: next(rates)  # type: ignore[method-assign]
+    shedding = {"r": 0.5}
+    for _ in range(2 + FALL_CONFIRM_POLLS - 1 + 3 + FALL_CONFIRM_POLLS - 1):
+        clock[0] += 0.1  # polls within one decision's second
+        ctl.tick(shedding)
+    assert not sent  # a dip shorter than the confirmation raised nothing
+    clock[0] += 0.1
+    ctl.tick(shedding)
+    (raised,) = [decode_control(v, SchemaStore()).payload for v, _ in sent]
+    assert raised["keep"]["r"] > 0.5 and "cost held" in raised["reason"]
