@@ -4,8 +4,10 @@ Stateful steps hold tuples: windows, join indexes, and join deltas that wait unt
 input has shown their time (an MJoin releases a delta only when no input can still precede
 it). When one input is slow, the others' deltas wait in memory, without bound. The limit
 (``Query.memory_limit``) counts what the worker's stateful units of the query hold
-(``held_bytes`` of the stage protocol). Over it, every input partition whose deltas wait
-(``waiting_bytes``: only inputs ahead of the least time shown) is held back on the consumer,
+(``held_bytes`` of the stage protocol), or the worker's own growth in resident memory once
+that reaches ``RSS_SHARE`` of the limit (fetch buffers and the heap's slack count too). Over
+it, every input partition whose deltas wait (``waiting_bytes``: only inputs ahead of the
+least time shown) is held back on the consumer,
 with the input of the stream step that feeds it, so that its records wait in the broker
 instead; under three quarters of the limit, or once nothing of that input waits, it is let go
 (checked after every block and on a timer, since with inputs paused blocks may stop coming).
@@ -23,6 +25,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +41,10 @@ log = logging.getLogger(__name__)
 CHECK_EVERY_S = 0.05
 #: held back inputs are let go under this share of the limit
 RESUME_AT = 0.75
+#: the worker's own growth (resident memory since its first check) counts against the limit
+#: from this share of it on: state is not all it holds (fetch buffers, decoded blocks, the
+#: heap's slack), and the limit is what the worker may grow by
+RSS_SHARE = 0.9
 #: seconds between two reports of state over the limit that no pause can shrink
 REPORT_EVERY_S = 60.0
 _MB = 1 << 20
@@ -55,6 +62,15 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _TRIM = _malloc_trim()
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def trim_heap() -> None:
@@ -89,6 +105,11 @@ class MemoryLimit:
     _events: list[dict[str, Any]] = field(default_factory=list)
     _checked: float = 0.0
     _reported: float = -REPORT_EVERY_S
+    #: the process's resident bytes (the worker passes :func:`resident_bytes`; None: state only)
+    resident: Callable[[], int] | None = None
+    #: resident bytes at the first check (what the worker held before any state), and growth
+    rss_base: int | None = None
+    rss_growth_bytes: int = 0
 
     def watch(
         self, agent: str, units: PartitionUnits, topics: dict[str, str], out_topic: str = ""
@@ -109,6 +130,13 @@ class MemoryLimit:
                     if nbytes and stream in w.topics:
                         waiting[(agent, stream, p)] = nbytes
         self.held_bytes = held
+        if self.resident is not None:
+            rss = self.resident()
+            if self.rss_base is None:
+                self.rss_base = rss
+            self.rss_growth_bytes = max(rss - self.rss_base, 0)
+            # the worker's growth, scaled so that it trips the limit at RSS_SHARE of it
+            held = max(held, int(self.rss_growth_bytes / RSS_SHARE))
         if held > self.limit_bytes:
             fresh = sorted(set(waiting) - self.paused)
             if fresh:
@@ -169,6 +197,7 @@ class MemoryLimit:
         return {
             "limit_mb": self.limit_bytes // _MB,
             "held_mb": round(self.held_bytes / _MB, 1),
+            "rss_growth_mb": round(self.rss_growth_bytes / _MB, 1),
             "paused": sorted(f"{stream}[{p}]" for _, stream, p in self.paused),
             "pauses_total": self.pauses_total,
         }

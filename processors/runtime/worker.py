@@ -36,6 +36,7 @@ from processors.runtime.backpressure import (
     TRIM_EVERY_S,
     MemoryLimit,
     freeze_heap,
+    resident_bytes,
     trim_heap,
 )
 from processors.runtime.broker import free_port
@@ -191,7 +192,9 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     output = producer if eo is None else eo
     memory = None
     if pipeline.state_topic is not None:
-        memory = MemoryLimit(plan.memory_limit_mb << 20, lambda: app.consumer)
+        memory = MemoryLimit(
+            plan.memory_limit_mb << 20, lambda: app.consumer, resident=resident_bytes
+        )
     ctx = AgentContext(
         app,
         board,

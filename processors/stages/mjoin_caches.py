@@ -218,6 +218,7 @@ class MJoinCaches:
         the changes the feeding pipelines computed (prefix-invariant caches), or by a sweep
         for the combinations with a dying tuple (globally consistent ones, whose feeders see
         only the combinations that join the rest of M)."""
+        self._epoch_parts = ((), ())  # the epoch's deltas are not kept past it
         for c in self.placed:
             if c.is_global and any(stage.stores[x].dying for x in c.rels):
                 c.cache.sweep(self._lifetimes(stage, c)[1])
