@@ -132,7 +132,7 @@ def measure(point: Point, values: int) -> dict[str, float]:
     for name, join in variants.items():
         results[name] += sum(len(b) for b in join.flush())
     if len(set(results.values())) != 1:
-        raise AssertionError(f"the variants disagree on {point}: {results}")
+        raise RuntimeError(f"the variants disagree on {point}: {results}")
     caches = variants["cached"].stats()["caches"]
     (stats,) = caches.values()
     rate = {n: deltas / max(s, 1e-9) for n, s in spent.items()}
