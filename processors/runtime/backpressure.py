@@ -45,6 +45,9 @@ RESUME_AT = 0.75
 #: from this share of it on: state is not all it holds (fetch buffers, decoded blocks, the
 #: heap's slack), and the limit is what the worker may grow by
 RSS_SHARE = 0.9
+#: ... once it exceeds this (a worker's start-up grows it by tens of MB: under a small limit
+#: that alone paused an input before any state was held)
+RSS_FLOOR = 64 * (1 << 20)
 #: seconds between two reports of state over the limit that no pause can shrink
 REPORT_EVERY_S = 60.0
 _MB = 1 << 20
@@ -135,8 +138,10 @@ class MemoryLimit:
             if self.rss_base is None:
                 self.rss_base = rss
             self.rss_growth_bytes = max(rss - self.rss_base, 0)
-            # the worker's growth, scaled so that it trips the limit at RSS_SHARE of it
-            held = max(held, int(self.rss_growth_bytes / RSS_SHARE))
+            # the worker's growth, scaled so that it trips the limit at RSS_SHARE of it; not
+            # the first RSS_FLOOR of it (start-up's own: kernels, connections, first fetches)
+            if self.rss_growth_bytes > RSS_FLOOR:
+                held = max(held, int(self.rss_growth_bytes / RSS_SHARE))
         if held > self.limit_bytes:
             fresh = sorted(set(waiting) - self.paused)
             if fresh:
