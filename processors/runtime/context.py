@@ -25,8 +25,9 @@ from processors.core.batch import Batch
 from processors.core.scheduling.config import DEFAULT_GRANT_TUPLES, DEFAULT_QUANTUM_MS
 from processors.runtime.arbiter import Arbiter
 from processors.runtime.deadletter import DeadLetterError, DeadLetters
-from processors.runtime.faust_bulk import BulkApp, RecordBlock
+from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.producer import RecordProducer
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.stats import AgentStats, StatsBoard
 from topics.envelope import encode_envelopes
 

@@ -43,80 +43,18 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import faust
-import numpy as np
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 from faust.types.tuples import ConsumerMessage
+
+from processors.runtime import fetch_runs
 
 #: Called before offsets are committed; must make every output of the acked events durable.
 FlushHook = Callable[[], Awaitable[None]]
 #: The highest offset that may be committed for a partition (None: no limit). Exactly-once mode
 #: stores input positions itself; the group's offsets must never run ahead of them.
 CommitCap = Callable[[TP], int | None]
-
-
-class RecordBlock:
-    """A run of records fetched from one partition, handed to an agent as one event."""
-
-    __slots__ = ("topic", "partition", "offsets", "timestamps", "keys", "values")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offsets: list[int],
-        timestamps: list[int],
-        keys: list[bytes | None],
-        values: list[bytes | None],
-    ) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.offsets = offsets
-        self.timestamps = timestamps
-        self.keys = keys
-        self.values = values
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def from_offset(self, offset: int) -> RecordBlock:
-        """The records at ``offset`` and after (the block itself if all are)."""
-        if not self.offsets or self.offsets[0] >= offset:
-            return self
-        i = bisect.bisect_left(self.offsets, offset)
-        return RecordBlock(self.topic, self.partition, self.offsets[i:], self.timestamps[i:],
-                           self.keys[i:], self.values[i:])  # fmt: skip
-
-    def split(self, max_records: int) -> list[RecordBlock]:
-        """Consecutive runs of at most ``max_records`` records (the block itself if it fits)."""
-        n = len(self.offsets)
-        if n <= max_records:
-            return [self]
-        return [
-            RecordBlock(
-                self.topic,
-                self.partition,
-                self.offsets[i : i + max_records],
-                self.timestamps[i : i + max_records],
-                self.keys[i : i + max_records],
-                self.values[i : i + max_records],
-            )
-            for i in range(0, n, max_records)
-        ]
-
-    def arrival_ms(self, start: int = 0, stop: int | None = None) -> int | None:
-        """The earliest Kafka timestamp of records ``start:stop`` (None if none is known)."""
-        known = [t for t in self.timestamps[start:stop] if t is not None and t > 0]
-        return min(known) if known else None
-
-    def packed_values(self) -> tuple[np.ndarray, np.ndarray]:
-        """All values concatenated (None as empty) and their int64 offsets, for bulk decoding."""
-        values = [v or b"" for v in self.values]
-        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        offsets = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        return np.frombuffer(b"".join(values), dtype=np.uint8), offsets
 
 
 def take_waiting(stream: Any, limit: int) -> list[Any]:
@@ -365,35 +303,30 @@ class BulkConsumer(faust_aiokafka.Consumer):
 
     async def _deliver_block(self, tp: TP, batch: list[Any], generation_id: int) -> None:
         r_offset = self._read_offset[tp]
-        if r_offset is not None and batch and batch[0].offset < r_offset:
-            batch = [r for r in batch if r.offset >= r_offset]  # re-fetched after a seek
         if not batch:
             return
-        first, last = batch[0].offset, batch[-1].offset
+        block = fetch_runs.block_of(tp.topic, tp.partition, batch)
+        if r_offset is not None:
+            block = block.from_offset(r_offset)  # re-fetched after a seek
+        if not len(block):
+            return
+        first, last = block.offsets[0], block.offsets[-1]
         gap_from = r_offset + 1 if r_offset else first
         if gap_from <= last - 1 and self.app.topics.acks_enabled_for(tp.topic):
             await self._add_gap(tp, gap_from, last - 1)
-        block = RecordBlock(
-            tp.topic,
-            tp.partition,
-            [r.offset for r in batch],
-            [r.timestamp for r in batch],
-            [r.key for r in batch],
-            [r.value for r in batch],
-        )
-        tail = batch[-1]
+        tail_ts = block.timestamps[-1]
         message = ConsumerMessage(
             tp.topic,
             tp.partition,
             last,
-            tail.timestamp / 1000.0 if tail.timestamp is not None else None,
-            tail.timestamp_type,
+            tail_ts / 1000.0 if tail_ts is not None and tail_ts >= 0 else None,
+            batch[-1].timestamp_type,
             (),
             None,
             block,
             None,
             0,
-            sum(r.serialized_value_size for r in batch),
+            block.serialized_size(),
             tp,
             generation_id=generation_id,
         )
@@ -425,6 +358,7 @@ class BulkApp(faust.App):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.bulk_topics = frozenset(bulk_topics)
+        fetch_runs.install(self.bulk_topics)  # fetched as column runs, not record objects
         self.flush_hooks: list[FlushHook] = []
         self.fetch_wait_ms = int(fetch_wait_ms)
         self.commit_cap: CommitCap | None = None

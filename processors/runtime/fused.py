@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 from processors.core.batch import Batch
 from processors.runtime.context import AgentContext, Written, block_dead_letter
-from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.partitions import PartitionUnits
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.results import Encoded, ResultWriter
 from processors.runtime.stats import AgentStats
 from processors.stages.base import Stage

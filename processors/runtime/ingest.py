@@ -34,8 +34,9 @@ from processors.runtime.context import (
     tuple_runs,
 )
 from processors.runtime.event_progress import NO_TS, EventProgress
-from processors.runtime.faust_bulk import RecordBlock, ack_taken, take_waiting
+from processors.runtime.faust_bulk import ack_taken, take_waiting
 from processors.runtime.fused import FusedTail
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.shedding import DropBox
 from processors.runtime.stats import AgentStats
 from processors.stages.merge_stage import SOURCE
@@ -89,6 +90,8 @@ def _decode(
     else:
         ts = np.asarray(block.timestamps, dtype=np.int64)[good]
     batch = Batch(result.columns, np.ones(len(good), np.int8), ts)
+    if not block.has_keys():  # most inputs: no key column to make
+        return [batch], result.errors
     return with_keys(batch, [block.keys[i] for i in good.tolist()]), result.errors
 
 
@@ -107,13 +110,6 @@ def _block_to_batches(
     return batches
 
 
-def _record(block: RecordBlock, i: int) -> RecordBlock:
-    """Record ``i`` of ``block`` as a block of its own."""
-    return RecordBlock(block.topic, block.partition, block.offsets[i : i + 1],
-                       block.timestamps[i : i + 1], block.keys[i : i + 1],
-                       block.values[i : i + 1])  # fmt: skip
-
-
 def _one_by_one(
     ctx: AgentContext, name: str, block: RecordBlock, codec: RecordCodec, ts_field: str | None
 ) -> list[Batch]:
@@ -121,7 +117,7 @@ def _one_by_one(
     fails becomes a dead letter of its own, the others go on."""
     out: list[Batch] = []
     for i in range(len(block)):
-        one = _record(block, i)
+        one = block.record(i)
         try:
             out.extend(_block_to_batches(ctx, name, one, one.packed_values(), codec, ts_field))
         except Exception as exc:
@@ -161,7 +157,7 @@ def add_ingest_agent(
 
     def redecode(block: RecordBlock, index: int) -> list[Batch]:
         """Record ``index`` decoded again (a fused tail's retry; its decode errors are known)."""
-        one = _record(block, index)
+        one = block.record(index)
         try:
             return [
                 b for b in _decode(one, one.packed_values(), codec, timestamp_field)[0] if len(b)

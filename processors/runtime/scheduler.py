@@ -319,7 +319,7 @@ def add_scheduling_agents(
             party.apply(record)
 
     from processors.runtime.control import ControlReader
-    from processors.runtime.faust_bulk import RecordBlock
+    from processors.runtime.record_block import RecordBlock
     from topics.avro import SchemaStore, decode_single_object, load_schema
 
     schema, store = load_schema("stats"), SchemaStore()

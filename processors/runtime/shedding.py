@@ -16,7 +16,6 @@ the stats topic.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 import zlib
@@ -29,7 +28,7 @@ from processors.core.plan import LogicalPlan
 from processors.kernels.dropbox import keep_mask, threshold, topic_word
 from processors.runtime.change_log import ChangeLog
 from processors.runtime.control import SHED, ControlRecord
-from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.shed_controller import ShedController
 
 log = logging.getLogger(__name__)
@@ -63,11 +62,7 @@ class DropBox:
         self.dropped += len(block) - kept
         if kept == len(block):
             return block
-        flags = mask.tolist()
-        return RecordBlock(
-            block.topic, block.partition, *(list(itertools.compress(column, flags))
-            for column in (block.offsets, block.timestamps, block.keys, block.values)),
-        )  # fmt: skip
+        return block.select(mask)
 
     def mask(self, partition: int, offsets: np.ndarray) -> np.ndarray:
         """Which of these offsets of ``partition`` the box keeps at its share."""

@@ -22,8 +22,8 @@ from processors.runtime.context import (
     fatal,
     guard_agent,
 )
-from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.partitions import PartitionUnits
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.stats import AgentStats
 from processors.stages.base import Stage
 from topics.envelope import decode_batch

@@ -36,9 +36,10 @@ from processors.runtime.context import (
     guard_agent,
 )
 from processors.runtime.exactly_once import ExactlyOnce
-from processors.runtime.faust_bulk import RecordBlock, ack_taken, take_waiting
+from processors.runtime.faust_bulk import ack_taken, take_waiting
 from processors.runtime.layouts import Layout, layout_of, mismatch
 from processors.runtime.partitions import Held, PartitionUnits
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.results import ResultWriter
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stats import AgentStats

@@ -48,10 +48,10 @@ try:  # a missing module or name must fail loudly, not as a bare collection Impo
         BulkApp,
         BulkConsumer,
         BulkTransport,
-        RecordBlock,
         ack_taken,
         take_waiting,
     )
+    from processors.runtime.record_block import RecordBlock
 except ImportError as exc:
     pytest.fail(relied_on(f"import ({exc})", "failed"), pytrace=False)
 

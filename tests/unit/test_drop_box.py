@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from processors.runtime.control import SHED, ControlRecord
-from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.shedding import DropBox, Shedding
 
 

@@ -22,9 +22,9 @@ from processors.physical.compiler import compile_plan
 from processors.runtime import context
 from processors.runtime.context import EXIT_AGENT_FAILED, EXIT_OUTPUT_FAILED, AgentContext
 from processors.runtime.deadletter import DeadLetterError, DeadLetters
-from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.ingest import add_ingest_agent
 from processors.runtime.layouts import expected_layouts
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.stateful import add_stateful_agent
 from processors.runtime.stats import StatsBoard

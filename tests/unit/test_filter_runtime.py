@@ -23,7 +23,7 @@ from processors.physical.compiler import FILTER_STEP as FILTER_STAGE
 from processors.physical.compiler import compile_plan as plan_pipeline
 from processors.runtime.context import AgentContext
 from processors.runtime.deadletter import DeadLetters
-from processors.runtime.faust_bulk import RecordBlock
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.stage_agent import _runs, add_stage_agent
 from processors.runtime.stats import StatsBoard
 from processors.workloads.examples import reading_columns, readings_passthrough

@@ -18,9 +18,9 @@ from processors.physical.build import stage_factory
 from processors.physical.compiler import compile_plan
 from processors.runtime.context import AgentContext
 from processors.runtime.deadletter import DeadLetters
-from processors.runtime.faust_bulk import RecordBlock
 from processors.runtime.fused import FusedTail
 from processors.runtime.ingest import add_ingest_agent
+from processors.runtime.record_block import RecordBlock
 from processors.runtime.results import ResultWriter
 from processors.runtime.stats import StatsBoard
 from processors.workloads.examples import reading_columns, readings_passthrough
