@@ -47,7 +47,7 @@
     if (a >= 1e6) return (x / 1e6).toFixed(1) + "M";
     if (a >= 1e4) return (x / 1e3).toFixed(0) + "k";
     if (a >= 1e3) return (x / 1e3).toFixed(1) + "k";
-    if (a >= 10 || a === 0) return x.toFixed(0);
+    if (a >= 10 || Number.isInteger(x)) return x.toFixed(0);
     return x.toPrecision(2);
   }
 
