@@ -27,8 +27,9 @@ from processors.runtime.web_auth import guarded
 
 #: the package holding the page's files
 STATIC_PACKAGE = "processors.web"
-STYLE_LINK = '<link rel="stylesheet" href="plan.css">'
-SCRIPT_TAG = '<script src="plan.js"></script>'
+STYLE = "plan.css"
+#: the page's scripts, in the order index.html loads them (charts.js: the drawing helpers)
+SCRIPTS = ("charts.js", "plan.js")
 
 Body = Callable[[], dict[str, Any]]
 
@@ -39,21 +40,29 @@ def _static(name: str) -> str:
 
 @functools.cache
 def page_html() -> tuple[str, str]:
-    """The plan page with its style and script inline, and the Content-Security-Policy that
+    """The plan page with its style and scripts inline, and the Content-Security-Policy that
     allows exactly those (by hash) and requests to the page's own origin."""
-    style, script = _static("plan.css"), _static("plan.js")
     html = _static("index.html")
-    if STYLE_LINK not in html or SCRIPT_TAG not in html:
-        raise RuntimeError(f"{STATIC_PACKAGE}/index.html lacks {STYLE_LINK} or {SCRIPT_TAG}")
-    html = html.replace(STYLE_LINK, f"<style>{style}</style>")
-    html = html.replace(SCRIPT_TAG, f"<script>{script}</script>")
+    style = _static(STYLE)
+    html = _inline(html, f'<link rel="stylesheet" href="{STYLE}">', f"<style>{style}</style>")
+    hashes = []
+    for name in SCRIPTS:
+        script = _static(name)
+        html = _inline(html, f'<script src="{name}"></script>', f"<script>{script}</script>")
+        hashes.append(f"'{_sha256(script)}'")
     policy = (
         "default-src 'none'; "
-        f"script-src '{_sha256(script)}'; style-src '{_sha256(style)}'; "
+        f"script-src {' '.join(hashes)}; style-src '{_sha256(style)}'; "
         "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
         "frame-ancestors 'none'"
     )
     return html, policy
+
+
+def _inline(html: str, tag: str, inline: str) -> str:
+    if tag not in html:
+        raise RuntimeError(f"{STATIC_PACKAGE}/index.html lacks {tag}")
+    return html.replace(tag, inline)
 
 
 def _sha256(text: str) -> str:
