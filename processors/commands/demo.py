@@ -22,6 +22,7 @@ from processors.commands.launcher import WorkerProcess, wait_for_count
 from processors.commands.network_query import publish, query_plan, query_text, stored
 from processors.physical.fleet import FleetRunner
 from processors.runtime.config import load_settings, resolve_bootstrap
+from processors.runtime.web_auth import ENV_WEB_TOKEN
 from processors.workloads.network import NetworkWorkload, default_phases
 from topics.admin import ensure_topics, read_topic
 from topics.avro import SchemaStore, decode_single_object
@@ -128,6 +129,9 @@ def run_demo(records: int = 20_000) -> int:
     try:
         worker.wait_holding([t.name for t in topics], PARTITIONS)  # then publishing starts
         _say("the worker holds every input partition; publishing")
+        _say(f"watch it adapt: the plan page is at {worker.page_url()}"
+             + (f" (add ?token=... : {ENV_WEB_TOKEN} is set)" if os.environ.get(ENV_WEB_TOKEN)
+                else ""))  # fmt: skip
         published, said = 0, 0.0
         # 30 s of event time per second, in small steps as a live source would send them (a
         # second's worth at once would wait for its own processing: about 0.5 s)

@@ -71,6 +71,14 @@ class WorkerProcess:
             self.proc.kill()
         return self.proc.wait()
 
+    def page_url(self) -> str | None:
+        """The address of the worker's live plan page (None: no web port, or not started)."""
+        try:
+            info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return info.get("page_url")
+
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The worker's JSON status endpoint."""
         info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())

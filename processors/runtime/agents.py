@@ -167,3 +167,30 @@ def backlog_of(app: BulkApp, stats: AgentStats) -> tuple[int, int]:
         if high is not None and high > position:
             pending += high - position
     return stats.backlog(pending)
+
+
+def commit_lags(app: BulkApp) -> list[dict[str, Any]]:
+    """Per partition the worker holds: its fetch high watermark, the group's committed offset
+    and their difference (records read or not whose offsets are not yet committed: what a
+    restart would read again or for the first time). Faust's own partitions (``__...``) and
+    partitions not fetched yet (no high watermark) are left out."""
+    consumer = app.consumer
+    out = []
+    try:
+        held = sorted(consumer.assignment())
+    except Exception:  # consumer not started yet
+        return []
+    for tp in held:
+        if tp.topic.startswith("__"):
+            continue
+        try:
+            high = consumer.highwater(tp)
+        except AssertionError:  # revoked meanwhile (the consumer has its own thread)
+            continue
+        if high is None:
+            continue
+        committed = consumer.committed_position(tp) or 0  # None: nothing committed yet
+        lag = max(int(high) - int(committed), 0)
+        out.append({"topic": tp.topic, "partition": tp.partition, "high_watermark": int(high),
+                    "committed": int(committed), "lag": lag})  # fmt: skip
+    return out

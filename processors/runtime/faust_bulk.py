@@ -19,6 +19,8 @@ consumer's gap tracker, so acking the block's event commits the whole run.
 - ``faust.types.tuples.ConsumerMessage``'s constructor;
 - the ``raw`` value serializer passing non-bytes values through untouched;
 - ``App._new_transport`` (overridden to install the transport);
+- ``App._new_web`` and the web driver's ``production_blueprints`` (emptied, so that Faust's
+  own index, ``{"status": "OK"}``, leaves ``/`` to the worker's plan page);
 - an agent stream's ``channel.queue`` (its buffer of delivered events), ``Message.tracked``,
   ``Consumer.track_message``, ``Event.ack``, ``App.flow_control``, ``App.sensors``, as Faust's
   stream iterator uses them (:func:`take_waiting`);
@@ -379,3 +381,13 @@ class BulkApp(faust.App):
         )
         transport_cls = type("AppBulkTransport", (BulkTransport,), {"Consumer": consumer_cls})
         return transport_cls(self.conf.broker_consumer, self)
+
+    def _new_web(self) -> Any:
+        """Faust's web driver without its production index at ``/``: the worker serves its
+        plan page there (processors.runtime.web_pages), and aiohttp refuses two routes for
+        one path."""
+        from faust.web import drivers as web_drivers
+
+        driver = web_drivers.by_url(self.conf.web)
+        web_cls = type("StreamonWeb", (driver,), {"production_blueprints": []})
+        return web_cls(self)

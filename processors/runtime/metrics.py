@@ -8,7 +8,9 @@ twice and nothing is added to the hot path. Names follow Prometheus conventions:
 ``query`` labels on every series. The current filter and join orders are info-style gauges
 (value 1) labelled with the order and its version (the stage's count of order changes), so a
 dashboard shows the order in force and a change as a new series; an order is a JSON list of
-names (predicates hold ``>`` and commas).
+names (predicates hold ``>`` and commas). The commit lag of each partition a worker holds is
+its fetch high watermark (the broker's own figure, which tansu's ListOffsets gets wrong) minus
+the group's committed offset.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def families(body: Mapping[str, Any]) -> list[Metric]:
     out: list[Metric] = [*_agents(base, body), *_plans(base, body)]
     out += _scheduling(base, body.get("scheduling") or {})
     out += _shedding(base, body.get("shedding") or {})
+    out.append(_commit_lag(base, body.get("commit_lag") or []))
     return out
 
 
@@ -177,3 +180,16 @@ def _shedding(base: list[str], s: Mapping[str, Any]) -> list[Metric]:
             kept.add_metric([*base, str(stream)], float(box.get("kept", 0)))
             dropped.add_metric([*base, str(stream)], float(box.get("dropped", 0)))
     return [keep, kept, dropped, active]
+
+
+def _commit_lag(base: list[str], lags: list[Mapping[str, Any]]) -> Metric:
+    lag = GaugeMetricFamily(
+        "streamon_consumer_commit_lag_messages",
+        "messages of a partition the worker holds past the group's committed offset (fetch high "
+        "watermark minus committed offset)",
+        labels=(*BASE, "topic", "partition"),
+    )
+    for entry in lags:
+        labels = [*base, str(entry.get("topic", "")), str(entry.get("partition", ""))]
+        lag.add_metric(labels, float(entry.get("lag", 0)))
+    return lag

@@ -4,6 +4,8 @@ A worker serves them on 127.0.0.1 unless ``--web-host`` names another address (a
 network, say). Beyond loopback a bearer token can be required: set ``STREAMON_WEB_TOKEN`` and
 every request must carry ``Authorization: Bearer <token>`` (compared in constant time), or it
 gets 401. Prometheus sends it with ``authorization: {credentials: ...}`` in its scrape config.
+A browser cannot send a header when it opens a page, so the plan page (``/``) alone also takes
+the token as ``?token=``; its script sends it as the header of every request it makes after.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def check_exposure(host: str, token: str | None) -> None:
                     ENV_WEB_TOKEN)  # fmt: skip
 
 
-def guarded(token: str | None) -> Callable[[Handler], Handler]:
-    """A decorator for Faust page handlers: with a token, requests without it get 401."""
+def guarded(token: str | None, in_query: bool = False) -> Callable[[Handler], Handler]:
+    """A decorator for Faust page handlers: with a token, requests without it get 401.
+    ``in_query``: the token may also come as ``?token=`` (a page a browser opens)."""
 
     def wrap(handler: Handler) -> Handler:
         if not token:
@@ -49,6 +52,9 @@ def guarded(token: str | None) -> Callable[[Handler], Handler]:
 
         async def checked(web: Any, request: Any) -> Any:
             given = str(request.headers.get("Authorization", "")).encode()
+            if in_query and not given:
+                query = getattr(request, "query", None) or {}
+                given = f"Bearer {query.get('token', '')}".encode()
             if not hmac.compare_digest(given, expected):
                 return web.json({"error": "missing or wrong bearer token"}, status=401)
             return await handler(web, request)

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,8 @@ from processors.core.plan import LogicalPlan
 from processors.physical.build import chain_factory, stage_factory
 from processors.physical.compiler import compile_plan
 from processors.physical.steps import SINK_AGENT, PhysicalPlan
-from processors.runtime import metrics, quiet_logs
-from processors.runtime.agents import add_sink_agent, backlog_of
+from processors.runtime import quiet_logs
+from processors.runtime.agents import add_sink_agent, backlog_of, commit_lags
 from processors.runtime.arbiter import Arbiter
 from processors.runtime.backpressure import (
     CHECK_EVERY_S,
@@ -58,7 +59,8 @@ from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stateful import add_stateful_agent
 from processors.runtime.stats import StatsBoard
-from processors.runtime.web_auth import check_exposure, guarded
+from processors.runtime.web_auth import check_exposure
+from processors.runtime.web_pages import add_pages, pipeline_graph
 from topics.columnar import RecordCodec
 from topics.envelope import decode_batch, encode_batch
 from topics.specs import TopicSpec
@@ -166,6 +168,9 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
         web_port=options.web_port or 6066,
         web_bind=options.web_host,
         web_host=options.web_host,
+        # Faust's own pages would bypass the token guard; the worker uses no Faust tables
+        web_router_enabled=False,
+        web_tables_enabled=False,
         fetch_wait_ms=options.fetch_wait_ms,
         **faust_settings(options.bootstrap, datadir, options.session_timeout_s, options.kafka),
     )
@@ -313,12 +318,12 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
             log.exception("worker %s: statistics not published this time", options.worker_id)
 
     check_exposure(options.web_host, options.web_token)
-    guard = guarded(options.web_token)
     status = {
         "worker_id": options.worker_id,
         "query": plan.name,
         "plan": plan.to_json(),
         "partitioning": pipeline.partitioning,
+        "graph": pipeline_graph(plan, pipeline),
     }
 
     cost_model = LiveExplain(plan)  # the cost model on this worker's own statistics
@@ -326,35 +331,18 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     def status_body() -> dict[str, Any]:
         return {
             **status,
+            "time_ms": int(time.time() * 1000),
             "stats": board.snapshot(backlog),
             "scheduling": scheduling.snapshot(),
             "shedding": ctx.shedding.snapshot(),
             "assignment": _assignment(app),
+            "commit_lag": commit_lags(app),
             "exactly_once": None if eo is None else eo.stats(),
             "state": None if snapshots is None else {**snapshots.stats(), **restorer.stats()},
         }
 
-    @app.page("/streamon/status")
-    @guard
-    async def status_page(web: Any, request: Any) -> Any:
-        return web.json(status_body())
-
-    @app.page("/metrics")  # the same figures for Prometheus (processors.runtime.metrics)
-    @guard
-    async def metrics_page(web: Any, request: Any) -> Any:
-        body = metrics.render(status_body())  # aiohttp refuses a charset in content_type=
-        return web.bytes(body, headers={"Content-Type": metrics.CONTENT_TYPE})
-
-    @app.page("/streamon/explain")
-    @guard
-    async def explain_page(web: Any, request: Any) -> Any:
-        return web.json(cost_model.of(board.recent))
-
-    @app.page("/streamon/plan")
-    @guard
-    async def plan_page(web: Any, request: Any) -> Any:
-        return web.json(status["plan"])
-
+    add_pages(app, options.web_token, status_body, status["plan"],
+              lambda: cost_model.of(board.recent))  # fmt: skip
     return app, producer
 
 
@@ -485,11 +473,12 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     info = options.state_dir / "workers" / f"{options.worker_id}.json"
     info.parent.mkdir(parents=True, exist_ok=True)
     host = "127.0.0.1" if options.web_host in ("0.0.0.0", "::") else options.web_host
-    web = f"http://{host}:{options.web_port}/streamon/status" if options.web_port else None
-    info.write_text(
-        json.dumps({"worker_id": options.worker_id, "pid": os.getpid(), "status_url": web})
-    )
-    log.info("worker %s runs query %s; status: %s", options.worker_id, plan.name, web)
+    root = f"http://{host}:{options.web_port}" if options.web_port else None
+    web = f"{root}/streamon/status" if root else None
+    info.write_text(json.dumps({"worker_id": options.worker_id, "pid": os.getpid(),
+                                "status_url": web, "page_url": root and f"{root}/"}))  # fmt: skip
+    log.info("worker %s runs query %s; status: %s; plan page: %s/", options.worker_id,
+             plan.name, web, root)  # fmt: skip
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()

@@ -430,3 +430,21 @@ def test_stream_iteration_still_tracks_and_acks_as_take_waiting_does() -> None:
         assert callable(getattr(faust_base.Consumer, name, None)), relied_on(
             f"Consumer.{name}", "is gone"
         )
+
+
+def test_app_new_web_leaves_the_root_path_to_the_worker() -> None:
+    fn = getattr(faust.App, "_new_web", None)
+    assert callable(fn), relied_on("faust.App._new_web", "is missing")
+    app = BulkApp("faust-bulk-contract-web", broker="kafka://localhost:1", web_enabled=True,
+                  web_router_enabled=False, web_tables_enabled=False)  # fmt: skip
+
+    @app.page("/")
+    async def index(web: Any, request: Any) -> Any:
+        return web.html("")
+
+    assert type(app.web).production_blueprints == [], relied_on(
+        "App.web", "is no longer built by App._new_web()"
+    )
+    app.web.init_server()  # Faust's blueprints now: two routes for "/" would raise here
+    paths = {r.resource.canonical for r in app.web.web_app.router.routes() if r.resource}
+    assert "/" in paths and not any(p.startswith(("/router", "/table")) for p in paths), paths

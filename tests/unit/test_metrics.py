@@ -43,6 +43,10 @@ def body() -> dict[str, Any]:
             "arbiter": {"agents": {"step": {"grants": 9}}},
         },  # fmt: skip
         "shedding": {"active": True, "boxes": {"a": {"keep": 0.25, "kept": 3, "dropped": 9}}},
+        "commit_lag": [
+            {"topic": "in", "partition": 0, "high_watermark": 120, "committed": 100, "lag": 20},
+            {"topic": "in", "partition": 1, "high_watermark": 7, "committed": 7, "lag": 0},
+        ],
     }
 
 
@@ -102,6 +106,15 @@ def test_scheduling_and_drop_boxes() -> None:
     assert [v for _, v in samples("streamon_dropbox_keep_ratio")] == [0.25]
     assert [v for _, v in samples("streamon_dropbox_dropped_total")] == [9]
     assert [v for _, v in samples("streamon_shedding_active")] == [1]
+
+
+def test_commit_lag_is_a_gauge_per_topic_and_partition() -> None:
+    assert parsed()["streamon_consumer_commit_lag_messages"].type == "gauge"
+    lags = {(lab["topic"], lab["partition"]): v
+            for lab, v in samples("streamon_consumer_commit_lag_messages")}  # fmt: skip
+    assert lags == {("in", "0"): 20.0, ("in", "1"): 0.0}
+    ((labels, _), _) = samples("streamon_consumer_commit_lag_messages")
+    assert labels["worker"] == "w1" and labels["query"] == "q"
 
 
 def test_an_empty_body_renders() -> None:

@@ -60,3 +60,22 @@ def test_the_worker_listens_on_loopback_unless_told() -> None:
     parser = build_parser()
     assert parser.parse_args(["worker", "q.py"]).web_host == "127.0.0.1"
     assert parser.parse_args(["worker", "q.py", "--web-host", "0.0.0.0"]).web_host == "0.0.0.0"
+
+
+class QueryRequest(FakeRequest):
+    def __init__(self, headers: dict[str, str], query: dict[str, str]) -> None:
+        super().__init__(headers)
+        self.query = query
+
+
+def test_only_a_page_a_browser_opens_takes_the_token_in_its_address() -> None:
+    def ask(handler: Any, query: dict[str, str], headers: dict[str, str] | None = None) -> int:
+        return asyncio.run(handler(FakeWeb(), QueryRequest(headers or {}, query)))[0]
+
+    json_page, browser_page = guarded("s3cret")(page), guarded("s3cret", in_query=True)(page)
+    assert ask(json_page, {"token": "s3cret"}) == 401  # the JSON pages want the header
+    assert ask(browser_page, {"token": "s3cret"}) == 200
+    assert ask(browser_page, {"token": "wrong"}) == 401 and ask(browser_page, {}) == 401
+    assert ask(browser_page, {}, {"Authorization": "Bearer s3cret"}) == 200
+    # a wrong header is not rescued by a right query token
+    assert ask(browser_page, {"token": "s3cret"}, {"Authorization": "Bearer x"}) == 401

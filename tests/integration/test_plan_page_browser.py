@@ -1,0 +1,242 @@
+"""The worker's live plan page (``/``, processors/web/) in a real browser.
+
+Headless Chromium from the system (Debian's ``chromium`` and ``chromium-driver``, which
+``.ci/setup`` installs when it runs as root) driven by Selenium through the system's
+chromedriver: no browser is downloaded. A real worker runs on the embedded broker.
+
+- The filter query of test_filter_query: the page loads without a console error, draws the
+  query's stages, and when the selectivities change under the running worker its filter
+  reorders; the page shows the new order and version of a partition within a few seconds of
+  the worker's status, and lists the change.
+- A three-way join with ``STREAMON_WEB_TOKEN`` set: the page is refused without the token, and
+  with it given once as ``?token=`` it polls the status with the token as a header and shows
+  the MJoin's stages and each partition's join orders.
+
+``STREAMON_PLAN_PAGE_SHOTS=DIR`` saves screenshots there (how docs/plan-page*.png were made);
+nothing is written otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.test_filter_query import PARTITIONS, QUERY, A, B, phase_batch, wait_first
+from integration.test_join_query import publish_half, write_query
+
+from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.publish import publish_batch
+from processors.runtime.web_auth import ENV_WEB_TOKEN
+from topics.admin import ensure_topics
+from topics.avro import load_schema
+from topics.specs import TopicSpec
+
+CHROMIUM = os.environ.get("STREAMON_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("STREAMON_CHROMEDRIVER", "/usr/bin/chromedriver")
+SHOTS = os.environ.get("STREAMON_PLAN_PAGE_SHOTS")
+#: longest the page may take to show what the worker's status shows (it polls every second)
+PAGE_DELAY_S = 5.0
+START = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium under chromedriver, its console kept (``goog:loggingPrefs``)."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
+    if missing:
+        pytest.skip(f"no browser here: {missing} missing (apt-get install chromium "
+                    "chromium-driver, as .ci/setup does when root)")  # fmt: skip
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the dev extra)")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1700", "--no-first-run"):  # fmt: skip
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def page_url(worker: WorkerProcess) -> str:
+    info = json.loads((worker.state_dir / "workers" / f"{worker.worker_id}.json").read_text())
+    return str(info["page_url"])
+
+
+def console_errors(driver: Any) -> list[dict]:
+    """The browser console's errors since the last call (reading the log empties it)."""
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.2)
+
+
+def polls(driver: Any) -> int:
+    return int(driver.execute_script("return document.body.dataset.polls || '0'"))
+
+
+def page_orders(driver: Any) -> dict[tuple[str, str, str], tuple[list[str], int]]:
+    """(partition, stage, pipeline) -> (order, version) as the page's order table shows them."""
+    rows = driver.execute_script(
+        "return [...document.querySelectorAll('tr.order-row')].map(r => [r.dataset.partition,"
+        " r.dataset.stage, r.dataset.pipeline, r.dataset.order, r.dataset.version])"
+    )
+    return {(p, s, pl): (json.loads(o), int(v)) for p, s, pl, o, v in rows}
+
+
+def graph_nodes(driver: Any) -> dict[str, str]:
+    """Node id -> its text (name, stages) in the page's plan graph."""
+    found = driver.execute_script(
+        "return [...document.querySelectorAll('#graph g.node')].map(g => [g.dataset.id,"
+        " [...g.querySelectorAll('text')].map(t => t.textContent).join(' ')])"
+    )
+    return dict(found)
+
+
+def filter_status(worker: WorkerProcess) -> dict[str, dict]:
+    agents = {a["agent"]: a for a in worker.status()["stats"]["agents"]}
+    return agents["filter"]["plan"]
+
+
+def screenshot(driver: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(SHOTS) / name))
+
+
+def test_the_plan_page_shows_the_stages_and_a_filter_reorder_live(
+    browser: Any, bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    name, topic, result = topic_name, f"{topic_name}.in", f"{topic_name}.out"
+    ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS)])
+    query_file = tmp_path / "query.py"
+    query_file.write_text(QUERY.format(topic=topic, result=result, name=name, p=PARTITIONS))
+    worker = WorkerProcess(
+        query_file, bootstrap=bootstrap, state_dir=tmp_path / "state", worker_id="w1"
+    )
+    try:
+        worker.wait_holding([topic], PARTITIONS)
+        browser.get(page_url(worker))
+        wait_until(lambda: polls(browser) >= 2, 10, "the page polls the status")
+        nodes = graph_nodes(browser)
+        assert {topic, result, "ingest.r"} <= set(nodes), nodes
+        assert "filter(r)" in nodes["ingest.r"], nodes  # the fused filter runs in ingest
+
+        schema = load_schema("reading")
+        first, second = phase_batch(1, START), phase_batch(2, START + 10 * 30_000)
+        publish_batch(bootstrap, topic, first, schema)
+        wait_for_count(bootstrap, result, 1, 60.0, [worker])
+        assert all(p["order"][0] == A for p in wait_first(worker, A, 60.0).values())
+        before = {p: s["changes_total"] for p, s in filter_status(worker).items()}
+        shown = wait_until(
+            lambda: (o := page_orders(browser)) and all(
+                o.get((p, "filter", ""), ([], -1)) == (s["order"], s["changes_total"])
+                for p, s in filter_status(worker).items()
+            ) and o,
+            PAGE_DELAY_S + 5, "the page shows phase 1's orders",
+        )  # fmt: skip
+        assert len(shown) == PARTITIONS
+
+        publish_batch(bootstrap, topic, second, schema)
+
+        def moved() -> tuple[str, dict] | None:  # a partition whose worker reordered
+            for p, s in filter_status(worker).items():
+                if s["changes_total"] > before[p]:
+                    return p, s
+            return None
+
+        partition, stats = wait_until(moved, 60, "the worker reorders its filters")
+        seen_at = time.monotonic()
+        wait_until(
+            lambda: (
+                page_orders(browser).get((partition, "filter", ""), ([], -1))[1]
+                >= stats["changes_total"]
+            ),
+            PAGE_DELAY_S,
+            f"the page shows partition {partition}'s new version",
+        )
+        delay = time.monotonic() - seen_at
+        assert delay <= PAGE_DELAY_S
+
+        after = wait_first(worker, B, 60.0)
+        assert all(s["order"][0] == B for s in after.values()), after
+        wait_until(
+            lambda: all(
+                page_orders(browser).get((p, "filter", ""), ([], -1))[0][:1] == [B] for p in after
+            ),
+            PAGE_DELAY_S,
+            "the page shows B first on every partition",
+        )
+        listed = browser.execute_script(
+            "return [...document.querySelectorAll('#changes li.change')].map(li =>"
+            " JSON.parse(li.dataset.to)[0])"
+        )
+        assert B in listed and A in listed, listed  # phase 1's change and phase 2's
+        marks = browser.execute_script("return document.querySelectorAll('#timeline .mark').length")
+        assert marks >= 2 * PARTITIONS  # two changes at least per partition on the timeline
+        time.sleep(3)  # a few polls with the live charts drawn
+        screenshot(browser, "plan-page.png")
+        assert console_errors(browser) == []
+    finally:
+        worker.stop()
+
+
+def test_the_plan_page_needs_the_token_and_works_with_it(
+    browser: Any, bootstrap: str, tmp_path: Path, topic_name: str, monkeypatch: Any
+) -> None:
+    token = "page-test-token"
+    monkeypatch.setenv(ENV_WEB_TOKEN, token)  # the worker's, and the launcher's status reads
+    prefix, result, _, query_file = write_query(bootstrap, tmp_path, topic_name)
+    worker = WorkerProcess(
+        query_file, bootstrap=bootstrap, state_dir=tmp_path / "state", worker_id="w1"
+    )
+    try:
+        worker.wait_holding([f"{prefix}.a", f"{prefix}.b", f"{prefix}.c"], 2)
+        url = page_url(worker)
+        browser.get(url)
+        assert "missing or wrong bearer token" in browser.page_source
+        browser.get(url + "?token=wrong")
+        assert "missing or wrong bearer token" in browser.page_source
+        console_errors(browser)  # the two refusals are console errors: forget them
+
+        browser.get(f"{url}?token={token}")
+        wait_until(lambda: polls(browser) >= 2, 10, "the page polls the status with the token")
+        nodes = graph_nodes(browser)
+        assert "mjoin" in nodes, nodes
+        assert all(f"window({s})" in nodes["mjoin"] for s in "abc"), nodes
+        assert "mjoin" in nodes["mjoin"].split(" ", 1)[1]  # the join stage among its stages
+
+        publish_half(bootstrap, prefix, 0)
+        wait_for_count(bootstrap, result, 1, 90.0, [worker])
+        orders = wait_until(
+            lambda: {k: v for k, v in page_orders(browser).items() if k[1] == "mjoin"}
+            if len({k[0] for k in page_orders(browser) if k[1] == "mjoin"}) == 2 else None,
+            PAGE_DELAY_S + 10, "the page shows both partitions' join orders",
+        )  # fmt: skip
+        pipelines = {k[2] for k in orders}
+        assert pipelines == {"a", "b", "c"}, orders
+        for (_, _, pipeline), (order, _) in orders.items():
+            assert sorted(order) == sorted({"a", "b", "c"} - {pipeline}), orders
+        time.sleep(3)
+        screenshot(browser, "plan-page-join.png")
+        assert console_errors(browser) == []
+    finally:
+        worker.stop()
