@@ -7,7 +7,9 @@ All in one run on one broker:
 - ``faust_plain_rate``: a stock Faust agent forwarding one record per event;
 - ``pipeline_rate``: streamon's worker, ingest -> pass-through -> sink, measured from the
   produce timestamps of the first and last result records;
-- ``envelope_tuples_per_s``: a stock Faust agent hopping batch envelopes (decode, stage, encode).
+- ``envelope_tuples_per_s``: a stock Faust agent hopping batch envelopes (decode, stage, encode);
+- ``fetch_runs_vs_objects``: in process, a fetch response made into a block of values as
+  column runs (:mod:`processors.runtime.fetch_runs`) against aiokafka's record objects.
 """
 
 from __future__ import annotations
@@ -168,6 +170,57 @@ def _ingest_unit_rates(records: int = 200_000, unit: int = 5_000) -> tuple[float
     return rates[0], rates[1]
 
 
+def _fetch_read_rates(records: int = 200_000, per_batch: int = 500) -> tuple[float, float]:
+    """In process, a partition's fetch response made into a block of packed values: through
+    aiokafka's record objects (what Faust's consumer did), then as column runs
+    (:mod:`processors.runtime.fetch_runs`). Records/s of each, best of 3 passes."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from aiokafka.structs import TopicPartition
+
+    from processors.runtime import fetch_runs
+    from processors.runtime.record_block import RecordBlock
+    from topics.columnar import RecordCodec
+
+    batch = reading_columns(per_batch, seed=7)
+    buf, offsets = RecordCodec(load_schema("reading")).encode_many(batch.columns, per_batch)
+    values = [bytes(buf[offsets[i] : offsets[i + 1]]) for i in range(per_batch)]
+    parts = []
+    for base in range(0, records, per_batch):
+        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 22)
+        for i, value in enumerate(values):
+            builder.append(i, timestamp=1_000 + i, key=None, value=value, headers=[])
+        raw = bytearray(builder.build())
+        raw[0:8] = base.to_bytes(8, "big")  # the batch's base offset (not in its checksum)
+        parts.append(bytes(raw))
+    response = b"".join(parts)
+    tp = TopicPartition("bench-fetch", 0)
+    fetch_runs.install([tp.topic])
+
+    def objects() -> None:
+        it = fetch_runs._ORIGINAL_PARTITION_RECORDS(
+            tp, fetch_runs.KeptRecords(response), None, 0, None, None, True, 0
+        )
+        got = list(it)
+        RecordBlock(tp.topic, 0, [r.offset for r in got], [r.timestamp for r in got],
+                    [r.key for r in got], [r.value for r in got]).packed_values()  # fmt: skip
+
+    def runs() -> None:
+        it = fetch_runs.RunPartitionRecords(
+            tp, fetch_runs.KeptRecords(response), None, 0, None, None, True, 0
+        )
+        fetch_runs.block_of(tp.topic, 0, list(it)).packed_values()
+
+    rates = []
+    for work in (objects, runs):
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            work()
+            best = min(best, time.perf_counter() - started)
+        rates.append(records / best)
+    return rates[0], rates[1]
+
+
 def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dict[str, Any]:
     settings = load_settings()
     bootstrap = resolve_bootstrap(settings)
@@ -195,6 +248,9 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
     _say(f"envelope hop (1,000 tuples per envelope): {envelope:,.0f} tuples/s")
     envelope_5k = _envelope_rate(bootstrap, f"{run}.envelopes5k", 1000, 5000)
     _say(f"envelope hop (5,000 tuples per envelope): {envelope_5k:,.0f} tuples/s")
+    fetch_objects, fetch_runs_rate = _fetch_read_rates()
+    _say(f"a fetch response to a block, in process: {fetch_objects:,.0f} records/s through "
+         f"record objects, {fetch_runs_rate:,.0f} as column runs")  # fmt: skip
     unit_plain, unit_routed = _ingest_unit_rates()
     _say(f"ingest unit in process: {unit_plain:,.0f} tuples/s; routed by key into "
          f"{PARTITIONS} partitions: {unit_routed:,.0f} tuples/s")  # fmt: skip
@@ -213,6 +269,9 @@ def run_ingest_bench(records: int = 500_000, plain_records: int = 30_000) -> dic
         "ingest_unit_tuples_per_s": unit_plain,
         "ingest_unit_routed_tuples_per_s": unit_routed,
         "routed_vs_plain_ingest_unit": unit_routed / unit_plain,
+        "fetch_objects_records_per_s": fetch_objects,
+        "fetch_runs_records_per_s": fetch_runs_rate,
+        "fetch_runs_vs_objects": fetch_runs_rate / fetch_objects,
     }
     _print_table(results)
     return results
