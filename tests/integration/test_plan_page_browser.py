@@ -86,6 +86,14 @@ def console_errors(driver: Any) -> list[dict]:
     return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
+def open_page(driver: Any, url: str) -> None:
+    """Open ``url`` with a console holding nothing from before: the browser is shared by the
+    module's tests, and an earlier test's page, polling its stopped worker, logs refusals."""
+    driver.get("about:blank")  # that page stops polling
+    console_errors(driver)  # reading the log empties it
+    driver.get(url)
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -178,7 +186,7 @@ def test_the_plan_page_shows_the_stages_and_a_filter_reorder_live(
     )
     try:
         worker.wait_holding([topic], PARTITIONS)
-        browser.get(page_url(worker))
+        open_page(browser, page_url(worker))
         wait_until(lambda: polls(browser) >= 2, 10, "the page polls the status")
         nodes = graph_nodes(browser)
         assert {topic, result, "ingest.r"} <= set(nodes), nodes
@@ -305,7 +313,7 @@ def test_the_plan_page_shows_the_demo_query_and_a_join_reorder_live(
     with closing(phases):
         try:
             worker.wait_holding([f"{prefix}.{r}" for r in routers], DEMO_PARTITIONS)
-            browser.get(page_url(worker))
+            open_page(browser, page_url(worker))
             wait_until(lambda: polls(browser) >= 2, 10, "the page polls the status")
             assert browser.find_element("id", "query").text == topic_name
             nodes = graph_nodes(browser)
