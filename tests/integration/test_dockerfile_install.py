@@ -136,6 +136,17 @@ def test_the_dockerfile_install_steps_work_in_a_clean_virtualenv(tmp_path: Path)
     copied = copy_context(steps, workdir)
     env = image_env(steps, root)
     venv = tmp_path / "venv"
+    try:
+        check_install(steps, workdir, copied, env, venv, tmp_path)
+    finally:  # 1.3 GB (pyspark, numba, ...): not left in pytest's kept temporary folders
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def check_install(
+    steps: InstallSteps, workdir: Path, copied: list[Path], env: dict[str, str], venv: Path,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Make ``venv``, run the stage's pip steps in ``workdir`` and check what they installed."""
     run([sys.executable, "-m", "venv", str(venv)], tmp_path, env, 120)
     python, bin_dir = venv / "bin" / "python", venv / "bin"
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
