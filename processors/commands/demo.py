@@ -56,6 +56,27 @@ def named_orders(names: Sequence[str], orders: Sequence[Sequence[int]]) -> dict[
     return {names[i]: [names[j] for j in order] for i, order in enumerate(orders)}
 
 
+def demo_workload(records: int = 20_000, phases: int = 4) -> NetworkWorkload:
+    """The demo's router traffic: about ``records`` sightings over the first ``phases`` of
+    :func:`default_phases` (each router's best probe order changes at every phase). A function
+    so that the plan page's browser test runs exactly the demo's data, only less of it."""
+    schedule = default_phases(4, PHASE_MS)[:phases]
+    rate = max(round(records / (len(schedule) * PHASE_MS / 1000) / 2.5), 1)  # ~2.5 sightings each
+    return NetworkWorkload(
+        packets_per_s=float(rate), duration_ms=len(schedule) * PHASE_MS, phases=schedule, seed=7,
+        null_sizes=NULL_SIZES,
+    )  # fmt: skip
+
+
+def demo_query(name: str, prefix: str, result: str) -> str:
+    """The demo's query text (CQL): RANGE windows on the four routers' topics ``prefix.r0``..,
+    the adaptive 4-way MJoin on pid, the sums into ``result``."""
+    return query_text(
+        name, prefix, result, partitions=PARTITIONS, window_ms=WINDOW_MS, p=0.2, window_tuples=200,
+        nullable_size=True, idle_timeout_ms=IDLE_TIMEOUT_MS,
+    )  # fmt: skip
+
+
 def _orders(worker: WorkerProcess) -> dict[str, Any]:
     try:
         agents = {a["agent"]: a for a in worker.status()["stats"]["agents"]}
@@ -99,18 +120,10 @@ def run_demo(records: int = 20_000) -> int:
     run = time.strftime("%Y%m%d-%H%M%S")
     name = prefix = f"demo-{run}"
     result = f"{prefix}.totals"
-    phases = default_phases(4, PHASE_MS)
-    rate = max(round(records / (len(phases) * PHASE_MS / 1000) / 2.5), 1)  # ~2.5 sightings each
-    workload = NetworkWorkload(
-        packets_per_s=float(rate), duration_ms=len(phases) * PHASE_MS, phases=phases, seed=7,
-        null_sizes=NULL_SIZES,
-    )  # fmt: skip
+    workload = demo_workload(records)
     topics = [TopicSpec(f"{prefix}.{r}", PARTITIONS) for r in workload.stream_names]
     ensure_topics(bootstrap, topics)
-    text = query_text(
-        name, prefix, result, partitions=PARTITIONS, window_ms=WINDOW_MS, p=0.2, window_tuples=200,
-        nullable_size=True, idle_timeout_ms=IDLE_TIMEOUT_MS,
-    )  # fmt: skip
+    text = demo_query(name, prefix, result)
     query_file = settings.state_dir / "demo" / f"{name}.cql"
     query_file.parent.mkdir(parents=True, exist_ok=True)
     query_file.write_text(text)

@@ -8,6 +8,10 @@ chromedriver: no browser is downloaded. A real worker runs on the embedded broke
   query's stages, and when the selectivities change under the running worker its filter
   reorders; the page shows the new order and version of a partition within a few seconds of
   the worker's status, and lists the change.
+- The demo's query (``streamon demo``'s own query text and publisher, two of its phases): the
+  page shows its inputs' windows, the four-way MJoin and the aggregate without a console error;
+  when the routers' shared traffic shifts (phase 0, then phase 1) the worker's MJoin reorders
+  and the page shows the new orders and version within a few seconds of the worker's status.
 - A three-way join with ``STREAMON_WEB_TOKEN`` set: the page is refused without the token, and
   with it given once as ``?token=`` it polls the status with the token as a header and shows
   the MJoin's stages and each partition's join orders.
@@ -23,6 +27,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,10 @@ import pytest
 from integration.test_filter_query import PARTITIONS, QUERY, A, B, phase_batch, wait_first
 from integration.test_join_query import publish_half, write_query
 
+from processors.commands.demo import PARTITIONS as DEMO_PARTITIONS
+from processors.commands.demo import PHASE_MS, demo_query, demo_workload
 from processors.commands.launcher import WorkerProcess, wait_for_count
+from processors.commands.network_query import publish
 from processors.commands.publish import publish_batch
 from processors.runtime.web_auth import ENV_WEB_TOKEN
 from topics.admin import ensure_topics
@@ -78,6 +86,14 @@ def console_errors(driver: Any) -> list[dict]:
     return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
+def open_page(driver: Any, url: str) -> None:
+    """Open ``url`` with a console holding nothing from before: the browser is shared by the
+    module's tests, and an earlier test's page, polling its stopped worker, logs refusals."""
+    driver.get("about:blank")  # that page stops polling
+    console_errors(driver)  # reading the log empties it
+    driver.get(url)
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -116,6 +132,42 @@ def filter_status(worker: WorkerProcess) -> dict[str, dict]:
     return agents["filter"]["plan"]
 
 
+def mjoin_status(worker: WorkerProcess) -> dict[str, dict]:
+    """Partition -> its MJoin's stats (orders by pipeline, changes_total) in the worker's status."""
+    agents = {a["agent"]: a for a in worker.status()["stats"]["agents"]}
+    return {p: unit[f"mjoin[{p}]"] for p, unit in agents["mjoin"]["plan"].items()}
+
+
+def shows_worker_orders(driver: Any, worker: WorkerProcess) -> bool:
+    """Whether the page's order table holds every MJoin order and version the worker reports."""
+    shown = page_orders(driver)
+    return all(
+        shown.get((p, "mjoin", pipeline)) == (order, s["changes_total"])
+        for p, s in mjoin_status(worker).items()
+        for pipeline, order in s["orders"].items()
+    )
+
+
+def settled(worker: WorkerProcess, quiet_s: float = 2.0, timeout: float = 60.0) -> dict[str, int]:
+    """The MJoin versions per partition once every partition has changed its orders at least
+    once and none changed for ``quiet_s`` (the worker has adapted to what it was given)."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, int] = {}
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        now = {p: s["changes_total"] for p, s in mjoin_status(worker).items()}
+        if now != last:
+            last, since = now, time.monotonic()
+        elif (
+            len(now) == DEMO_PARTITIONS
+            and all(now.values())
+            and time.monotonic() - since >= quiet_s
+        ):
+            return now
+        time.sleep(0.25)
+    raise AssertionError(f"the MJoin orders did not settle in {timeout} s: {last}")
+
+
 def screenshot(driver: Any, name: str) -> None:
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
@@ -134,7 +186,7 @@ def test_the_plan_page_shows_the_stages_and_a_filter_reorder_live(
     )
     try:
         worker.wait_holding([topic], PARTITIONS)
-        browser.get(page_url(worker))
+        open_page(browser, page_url(worker))
         wait_until(lambda: polls(browser) >= 2, 10, "the page polls the status")
         nodes = graph_nodes(browser)
         assert {topic, result, "ingest.r"} <= set(nodes), nodes
@@ -240,3 +292,89 @@ def test_the_plan_page_needs_the_token_and_works_with_it(
         assert console_errors(browser) == []
     finally:
         worker.stop()
+
+
+def test_the_plan_page_shows_the_demo_query_and_a_join_reorder_live(
+    browser: Any, bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    """Issue 20's acceptance on ``streamon demo``'s own query and data (two of its four
+    phases, its usual number of sightings per phase)."""
+    prefix, result = topic_name, f"{topic_name}.totals"
+    workload = demo_workload(records=20_000, phases=2)
+    routers = workload.stream_names
+    ensure_topics(bootstrap, [TopicSpec(f"{prefix}.{r}", DEMO_PARTITIONS) for r in routers])
+    query_file = tmp_path / "demo.cql"
+    query_file.write_text(demo_query(topic_name, prefix, result))
+    worker = WorkerProcess(
+        query_file, bootstrap=bootstrap, state_dir=tmp_path / "state", worker_id="w1"
+    )
+    # the demo's publisher, a phase at a time: phase 1 is sent once the worker adapted to 0
+    phases = publish(bootstrap, prefix, workload, span_ms=PHASE_MS)
+    with closing(phases):
+        try:
+            worker.wait_holding([f"{prefix}.{r}" for r in routers], DEMO_PARTITIONS)
+            open_page(browser, page_url(worker))
+            wait_until(lambda: polls(browser) >= 2, 10, "the page polls the status")
+            assert browser.find_element("id", "query").text == topic_name
+            nodes = graph_nodes(browser)
+            for r in routers:  # each router's topic decoded, then its window before the MJoin
+                assert {f"{prefix}.{r}", f"ingest.{r}"} <= set(nodes), nodes
+                assert f"window({r})" in nodes["mjoin"], nodes
+            assert "mjoin" in nodes["mjoin"].split(" ", 1)[1], nodes  # the join among its stages
+            assert "aggregate" in nodes["aggregate"].split(" ", 1)[1], nodes
+            assert result in nodes, nodes
+
+            next(phases)  # phase 0: the worker leaves its initial orders for phase 0's
+            wait_for_count(bootstrap, result, 1, 60.0, [worker])
+            before = settled(worker)
+            wait_until(lambda: shows_worker_orders(browser, worker), PAGE_DELAY_S,
+                       "the page shows phase 0's orders")  # fmt: skip
+            shown = {k for k in page_orders(browser) if k[1] == "mjoin"}
+            assert shown == {(str(p), "mjoin", r) for p in range(DEMO_PARTITIONS) for r in routers}
+
+            next(phases)  # phase 1: the routers that shared little now share much
+
+            def moved() -> tuple[str, dict] | None:  # a partition whose MJoin reordered
+                for p, s in mjoin_status(worker).items():
+                    if s["changes_total"] > before[p]:
+                        return p, s
+                return None
+
+            partition, stats = wait_until(moved, 60, "the worker reorders its MJoin")
+            seen_at = time.monotonic()
+
+            def new_version_shown() -> bool:  # that version (its orders) or a later one
+                shown = page_orders(browser)
+                rows = [shown.get((partition, "mjoin", r), ([], -1)) for r in routers]
+                if any(version < stats["changes_total"] for _, version in rows):
+                    return False
+                return any(v > stats["changes_total"] for _, v in rows) or all(
+                    order == stats["orders"][r] for r, (order, _) in zip(routers, rows, strict=True)
+                )
+
+            wait_until(new_version_shown, PAGE_DELAY_S,
+                       f"the page shows partition {partition}'s new join orders")  # fmt: skip
+            delay = time.monotonic() - seen_at
+            assert delay <= PAGE_DELAY_S
+
+            for _ in phases:  # the last sightings of phase 1's packets
+                pass
+            after = settled(worker)
+            assert all(after[p] > before[p] for p in before), (before, after)
+            wait_until(lambda: shows_worker_orders(browser, worker), PAGE_DELAY_S,
+                       "the page shows phase 1's orders and versions")  # fmt: skip
+            listed = browser.execute_script(
+                "return [...document.querySelectorAll('#changes li.change')].map(li =>"
+                " [li.dataset.partition, li.dataset.stage, li.dataset.pipeline,"
+                " JSON.parse(li.dataset.to)])"
+            )
+            for p, s in mjoin_status(worker).items():  # each partition's latest change listed
+                last = s["recent_changes"][-1]
+                assert [p, "mjoin", last["pipeline"], last["to"]] in listed, (p, last, listed)
+            print(f"demo query: partition {partition}'s join reorder on the page {delay:.2f} s "
+                  f"after the worker's status; versions {before} -> {after}")  # fmt: skip
+            time.sleep(2)  # a few polls with the live charts drawn
+            screenshot(browser, "plan-page-demo.png")
+            assert console_errors(browser) == []
+        finally:
+            worker.stop()

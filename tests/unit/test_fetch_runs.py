@@ -79,8 +79,12 @@ def rows(n, start_ts=1_000, key=True):  # type: ignore[no-untyped-def]
         (batch(rows(50)) + batch(rows(30), base=50, compression=CODEC_GZIP), 0),
         (batch(rows(10), log_append_ts=777_000) + batch(rows(3), base=10), 0),
         (batch(rows(40, key=False)) + batch(rows(40), base=40)[:-5], 0),  # cut short at the end
-        (batch(rows(10)) + batch([(5, None, b"\0\0\0\0", [])], base=10, control=True)
-         + batch(rows(4), base=11), 0),  # fmt: skip
+        (
+            batch(rows(10))
+            + batch([(5, None, b"\0\0\0\0", [])], base=10, control=True)
+            + batch(rows(4), base=11),
+            0,
+        ),  # fmt: skip
     ],
 )
 def test_runs_give_the_clients_records(raw: bytes, fetch_offset: int) -> None:
