@@ -156,12 +156,19 @@ def _scheduling(base: list[str], s: Mapping[str, Any]) -> list[Metric]:
                                 "plan (priorities) in force", labels=BASE)  # fmt: skip
     grants = CounterMetricFamily("streamon_scheduler_grants", "turns granted to an agent",
                                  labels=(*BASE, "agent"))  # fmt: skip
+    priority = GaugeMetricFamily("streamon_scheduler_priority", "an agent's priority under the "
+                                 "policy in force (Chain: its lower-envelope slope; higher runs "
+                                 "first)", labels=(*BASE, "agent"))  # fmt: skip
     if s:
         policy.add_metric([*base, str(s.get("policy", ""))], 1)
         version.add_metric(base, float(s.get("plan_version") or 0))
-        for agent, a in ((s.get("arbiter") or {}).get("agents") or {}).items():
+        arbiter = s.get("arbiter") or {}
+        for agent, a in (arbiter.get("agents") or {}).items():
             grants.add_metric([*base, str(agent)], float(a.get("grants", 0)))
-    return [policy, version, grants]
+        for agent, value in (arbiter.get("priorities") or {}).items():
+            if isinstance(value, int | float):
+                priority.add_metric([*base, str(agent)], float(value))
+    return [policy, version, grants, priority]
 
 
 def _shedding(base: list[str], s: Mapping[str, Any]) -> list[Metric]:

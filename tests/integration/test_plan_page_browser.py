@@ -294,6 +294,34 @@ def test_the_plan_page_needs_the_token_and_works_with_it(
         worker.stop()
 
 
+def demo_metrics(worker: WorkerProcess) -> dict[str, Any]:
+    """The demo worker's ``/metrics``, parsed by Prometheus's own parser: family by name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(worker.metrics())}
+
+
+def check_metrics_grew(first: dict[str, Any], then: dict[str, Any], versions: dict) -> None:
+    """Issue 20's scrape on the demo worker: the families and their types, counters that grew
+    with phase 1's sightings, and the join orders as info gauges at the versions in force."""
+    kinds = {"streamon_agent_tuples_in": "counter", "streamon_agent_busy_seconds": "counter",
+             "streamon_agent_output_latency_seconds": "histogram",
+             "streamon_plan_order_info": "gauge", "streamon_plan_order_changes": "counter",
+             "streamon_consumer_commit_lag_messages": "gauge"}  # fmt: skip
+    for name, kind in kinds.items():
+        assert name in then and then[name].type == kind, (name, then.get(name))
+
+    def total(families: dict[str, Any], name: str) -> float:
+        return sum(s.value for s in families[name].samples if s.name.endswith("_total"))
+
+    for name in ("streamon_agent_tuples_in", "streamon_agent_busy_seconds"):
+        assert total(then, name) > total(first, name) > 0, name
+    orders = then["streamon_plan_order_info"].samples
+    joins = [s for s in orders if s.labels["pipeline"]]  # a join pipeline's order
+    shown = {s.labels["partition"]: int(s.labels["version"]) for s in joins}
+    assert shown == versions, (shown, versions, {s.labels["operator"] for s in orders})
+
+
 def test_the_plan_page_shows_the_demo_query_and_a_join_reorder_live(
     browser: Any, bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
@@ -327,6 +355,7 @@ def test_the_plan_page_shows_the_demo_query_and_a_join_reorder_live(
             next(phases)  # phase 0: the worker leaves its initial orders for phase 0's
             wait_for_count(bootstrap, result, 1, 60.0, [worker])
             before = settled(worker)
+            scraped = demo_metrics(worker)
             wait_until(lambda: shows_worker_orders(browser, worker), PAGE_DELAY_S,
                        "the page shows phase 0's orders")  # fmt: skip
             shown = {k for k in page_orders(browser) if k[1] == "mjoin"}
@@ -361,6 +390,7 @@ def test_the_plan_page_shows_the_demo_query_and_a_join_reorder_live(
                 pass
             after = settled(worker)
             assert all(after[p] > before[p] for p in before), (before, after)
+            check_metrics_grew(scraped, demo_metrics(worker), after)
             wait_until(lambda: shows_worker_orders(browser, worker), PAGE_DELAY_S,
                        "the page shows phase 1's orders and versions")  # fmt: skip
             listed = browser.execute_script(

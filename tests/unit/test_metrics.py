@@ -40,7 +40,7 @@ def body() -> dict[str, Any]:
         "scheduling": {
             "policy": "chain",
             "plan_version": 4,
-            "arbiter": {"agents": {"step": {"grants": 9}}},
+            "arbiter": {"agents": {"step": {"grants": 9}}, "priorities": {"step": 0.5}},
         },  # fmt: skip
         "shedding": {"active": True, "boxes": {"a": {"keep": 0.25, "kept": 3, "dropped": 9}}},
         "commit_lag": [
@@ -103,6 +103,8 @@ def test_scheduling_and_drop_boxes() -> None:
     assert labels["policy"] == "chain" and one == 1
     assert [v for _, v in samples("streamon_scheduler_plan_version")] == [4]
     assert [v for _, v in samples("streamon_scheduler_grants_total")] == [9]
+    ((labels, priority),) = samples("streamon_scheduler_priority")
+    assert labels["agent"] == "step" and priority == 0.5
     assert [v for _, v in samples("streamon_dropbox_keep_ratio")] == [0.25]
     assert [v for _, v in samples("streamon_dropbox_dropped_total")] == [9]
     assert [v for _, v in samples("streamon_shedding_active")] == [1]
