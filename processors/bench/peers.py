@@ -43,13 +43,25 @@ def _say(text: str) -> None:
 
 def agreement(systems: dict[str, dict[str, Any]], oracle: tuple[int, int] | None = None
               ) -> dict[str, Any]:  # fmt: skip
-    """Whether the systems that ran gave the same (count, checksum), and the oracle's if any."""
-    answers = {name: (r["count"], r["checksum"] % D.MOD) for name, r in systems.items()
-               if "error" not in r}  # fmt: skip
+    """Whether the systems that ran gave the same (count, checksum) as each other and as the
+    oracle, if any; a system that ran on other input (plain Faust on a prefix of the topic)
+    carries its own ``oracle`` and must match that one."""
+    answers: dict[str, tuple[int, int]] = {}
+    own: dict[str, bool] = {}
+    for name, r in systems.items():
+        if "error" in r:
+            continue
+        answer = (int(r["count"]), int(r["checksum"]) % D.MOD)
+        answers[name] = answer
+        if r.get("oracle") is not None:
+            own[name] = answer == (int(r["oracle"][0]), int(r["oracle"][1]) % D.MOD)
+    common = {a for name, a in answers.items() if name not in own}
     if oracle is not None:
         answers["oracle"] = (oracle[0], oracle[1] % D.MOD)
-    distinct = set(answers.values())
-    return {"agree": len(distinct) <= 1 and len(answers) > 1, "answers": answers}
+        common.add(answers["oracle"])
+    ran = len(answers) - (oracle is not None)
+    agree = len(common) <= 1 and all(own.values()) and ran >= 1 and len(answers) > 1
+    return {"agree": agree, "answers": answers, "own_oracle_match": own}
 
 
 def json_keys(workload: str, systems: dict[str, dict[str, Any]], agreed: dict[str, Any],

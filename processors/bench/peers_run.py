@@ -15,7 +15,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +109,16 @@ def figures(records: int, t0: float, t1: float, sampler: Sampler, launched: floa
 
 
 def run_program(
-    argv: Sequence[str], timeout: float, log: Path, env: dict[str, str] | None = None
-) -> dict[str, Any]:
+    argv: Sequence[str], timeout: float, log: Path,
+    window: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Run a program that prints ``RESULT {json}`` with ``records``, ``t_ready``, ``t0``,
     ``t1`` (epoch seconds) and its answer; returns that JSON with :func:`figures` added.
-    Raises RuntimeError with the tail of its output when it fails."""
+    ``window``, if given, may replace those fields after the run (from what the program wrote
+    to Kafka). Raises RuntimeError with the tail of its output when it fails."""
     launched = time.time()
     with log.open("w") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT)
         sampler = Sampler(proc.pid)
         try:
             code = proc.wait(timeout=timeout)
@@ -133,6 +135,8 @@ def run_program(
         why = "timed out" if code == -9 else f"exit code {code}"
         raise RuntimeError(f"{argv[-1] if argv else '?'}: {why}; log {log}:\n{tail}")
     result = json.loads(lines[-1][len("RESULT ") :])
+    if window is not None:
+        result.update(window(result))
     result.update(
         figures(
             result["records"], result["t0"], result["t1"], sampler, launched, result["t_ready"]
