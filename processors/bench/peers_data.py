@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.core.batch import Batch, VarColumn
+from processors.core.batch import Batch, VarColumn, null_column
 from processors.workloads.examples import SITES
 
 MOD = 1_000_000_007
@@ -67,8 +67,6 @@ def filters_batch(n: int, seed: int = 5) -> Batch:
     cols["ts"] = ts
     cols["humidity"] = rng.uniform(0, 100, n).astype(np.float32)
     cols["site"] = VarColumn(offsets, data)
-    from processors.core.batch import null_column
-
     cols["battery"] = np.zeros(n, np.float32)  # the schema's nullable field: always null here
     cols[null_column("battery")] = np.ones(n, np.bool_)
     keys = cols["sensor_id"].astype(">i8").view(np.uint8)

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 from peer_common import emit, now
-
-T0 = time.time()
 
 
 def _table_ddl(t: dict) -> str:
