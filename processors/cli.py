@@ -261,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
             "spark",
             "arbiter",
             "latency",
+            "peers",
         ],
     )
     bench.add_argument(
@@ -295,6 +296,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--budget-kb", type=float, default=1024.0, help="caching: subresult memory budget"
+    )
+    bench.add_argument(
+        "--workloads",
+        default=None,
+        help="peers: comma-separated subset of filters,join3,netmon,e2e_filters (default: all)",
+    )
+    bench.add_argument(
+        "--join-records", type=int, default=1_000_000, help="peers: join3 tuples per input"
+    )
+    bench.add_argument("--netmon-packets", type=int, default=500_000, help="peers: netmon packets")
+    bench.add_argument(
+        "--faust-records", type=int, default=50_000, help="peers: plain Faust's prefix"
     )
     bench.add_argument("--json", default=None, help="write the results to this JSON file")
     bench.set_defaults(func=_bench)

@@ -49,6 +49,17 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             rate=getattr(args, "rate", None),
             spread=getattr(args, "spread", False),
         )
+    if args.what == "peers":
+        from processors.bench.peers import run_peers_bench
+
+        return run_peers_bench(
+            records=args.records or 2_000_000,
+            join_records=args.join_records,
+            netmon_packets=args.netmon_packets,
+            e2e_records=args.records or 2_000_000,
+            faust_records=args.faust_records,
+            only=args.workloads,
+        )
     if args.what == "codec":
         from processors.bench.codec import measure_codec
 
