@@ -16,8 +16,8 @@ size, fired, first size]; see :func:`resort_due`).
 
 ``ref`` is float64 (2, n): per position, tuples in and out summed since the last reset (the
 reference rates). ``params`` is float64: [z, min_effect, min_tuples, ref_cap]. ``rate`` is
-float64: [p now, p floor, p max, backoff factor, window size from which p may back off,
-K, batches at the floor, p of the next batch]: at the floor, only every K-th batch is
+float64: [p now, p floor, p max, (unused), window size s0 from which p backs off, K, batches
+at the floor, p of the next batch]: at the floor, only every K-th batch is
 profiled, at K times the floor (as many samples, and the per-batch costs of absorbing them,
 the view's rebuild above all, once in K batches).
 """
@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 Z, EFFECT, MIN_TUPLES, REF_CAP = range(4)
-P_NOW, P_MIN, P_MAX, BACKOFF, ENOUGH, EVERY, AT_FLOOR, P_NEXT = range(8)
+P_NOW, P_MIN, P_MAX, _UNUSED, ENOUGH, EVERY, AT_FLOOR, P_NEXT = range(8)
 
 
 @njit(cache=True)
@@ -81,12 +81,16 @@ def clear_window(state, patterns, hist, view):  # type: ignore[no-untyped-def]
 @njit(cache=True)
 def next_rate(rate, reset, size):  # type: ignore[no-untyped-def]
     """The profiling probability for the next batch: the maximum after drift or an order
-    change (``reset``) and while the window holds fewer than ``rate[ENOUGH]`` profile tuples,
-    else backed off by the factor, down to the floor. Returns it."""
+    change (``reset``) and while the window holds fewer than s0 = ``rate[ENOUGH]`` profile
+    tuples, then p_max * s0 / size, down to the floor. Returns it.
+
+    A window of s profile tuples estimates the view's entries with errors ~ 1 / sqrt(s); a
+    sample adds less the more the window holds, so the rate falls as the window grows (the
+    window then grows as the square root of time) instead of stopping at a size."""
     if reset or size < rate[ENOUGH]:
         rate[P_NOW] = rate[P_MAX]
     else:
-        p = rate[P_NOW] * rate[BACKOFF]
+        p = rate[P_MAX] * rate[ENOUGH] / size
         rate[P_NOW] = p if p > rate[P_MIN] else rate[P_MIN]
     if rate[P_NOW] > rate[P_MIN]:
         rate[AT_FLOOR] = 0.0

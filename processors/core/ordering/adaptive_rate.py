@@ -1,10 +1,9 @@
 """A-Greedy+'s profiling rate: drift detection on the main pass's counters, and p's backoff.
 
 The paper's profiler samples at a fixed p (Section 4.1.1, Table 1: 0.01), and Section 10 leaves
-an adaptive rate open. Here p starts at its maximum (the configured p), halves on every batch
-after which the order held, no drift was seen and the profile window holds ``STABLE_TUPLES``
-(Table 1's window) or is full,
-down to a floor, and returns to the maximum at once on drift or an order change. Drift is
+an adaptive rate open. Here p is at its maximum (the configured p) until the profile window
+holds ``STABLE_TUPLES``, then falls as the window grows (p_max * STABLE_TUPLES / size) down to
+a floor, and returns to the maximum at once on drift or an order change. Drift is
 read from counters the main pass keeps anyway (tuples in and out per position), so watching
 costs no profiling; on drift the window is emptied, since its profile tuples describe the old
 statistics (the kernels are in :mod:`processors.kernels.drift`).
@@ -26,8 +25,9 @@ from processors.kernels.drift import (
 DRIFT_Z = 5.0  # standard deviations: a batch of 65,536 tuples tests ~10^4 times a minute
 DRIFT_MIN_TUPLES = 200  # a position's rate is tested once it and its reference see this many
 REFERENCE_CAP = 1_000_000.0  # tuples: the reference halves beyond this, to follow slow change
-BACKOFF = 0.5  # p's factor per stable batch
-STABLE_TUPLES = 1000  # profile tuples (Table 1's window) before p backs off
+# profile tuples at p_max after a reset; measured (docs/adaptive-filters.md): 1000 (Table 1's
+# window) profiled too long at short periods of change (Fig. 19 at 20,000 tuples: +7-17%)
+STABLE_TUPLES = 250
 FLOOR_EVERY = 8  # at the floor, profile one batch in 8 at 8 times the floor
 
 
@@ -49,7 +49,7 @@ class AdaptiveRate:
         # min_profile_tuples) would leave it waiting at the floor
         enough = max(min(capacity, STABLE_TUPLES), min(checked, capacity))
         self.rate = np.array(
-            [p_max, p_max * floor, p_max, BACKOFF, enough, FLOOR_EVERY, 0.0, p_max], np.float64
+            [p_max, p_max * floor, p_max, 0.0, enough, FLOOR_EVERY, 0.0, p_max], np.float64
         )
         self.out = np.full(1, -1, dtype=np.int64)
         self.args = (self.ref, self.params, self.rate, self.out)

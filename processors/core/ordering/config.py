@@ -148,6 +148,12 @@ class OrderingConfig:
             return int(self.window_tuples)
         return _DEFAULT_WINDOW.get(self.algorithm, 1000)
 
+    def for_joins(self) -> OrderingConfig:
+        """The settings an MJoin's pipelines order with: A-Greedy+ (``agreedy``) becomes the
+        paper's A-Greedy, since its profiling rate follows the filter stage's main-pass
+        counters, which a join's probe pipelines do not keep (docs/adaptive-filters.md)."""
+        return self.with_(algorithm="agreedy_exact") if self.algorithm == "agreedy" else self
+
     def with_(self, **changes: Any) -> OrderingConfig:
         return replace(self, **changes)
 

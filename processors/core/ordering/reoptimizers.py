@@ -369,7 +369,11 @@ class AGreedyPlus(AGreedy):
         self.checkpoint = new_checkpoint(config.min_profile_tuples)
         if config.p_floor < 1.0:
             self.adaptive = AdaptiveRate(
-                n_filters, config.p, config.p_floor, config.drift_effect, config.window,
+                n_filters,
+                config.p,
+                config.p_floor,
+                config.drift_effect,
+                config.window,
                 config.min_profile_tuples,
             )
 
