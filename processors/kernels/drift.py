@@ -16,8 +16,8 @@ size, fired, first size]; see :func:`resort_due`).
 
 ``ref`` is float64 (2, n): per position, tuples in and out summed since the last reset (the
 reference rates). ``params`` is float64: [z, min_effect, min_tuples, ref_cap]. ``rate`` is
-float64: [p now, p floor, p max, (unused), window size s0 from which p backs off, K, batches
-at the floor, p of the next batch]: at the floor, only every K-th batch is
+float64: [p now, p floor, p max, (unused), window size from which p is at the floor, K,
+batches at the floor, p of the next batch]: at the floor, only every K-th batch is
 profiled, at K times the floor (as many samples, and the per-batch costs of absorbing them,
 the view's rebuild above all, once in K batches).
 """
@@ -81,17 +81,17 @@ def clear_window(state, patterns, hist, view):  # type: ignore[no-untyped-def]
 @njit(cache=True)
 def next_rate(rate, reset, size):  # type: ignore[no-untyped-def]
     """The profiling probability for the next batch: the maximum after drift or an order
-    change (``reset``) and while the window holds fewer than s0 = ``rate[ENOUGH]`` profile
-    tuples, then p_max * s0 / size, down to the floor. Returns it.
+    change (``reset``) and while the window holds fewer than ``rate[ENOUGH]`` profile tuples,
+    else the floor. Returns it.
 
-    A window of s profile tuples estimates the view's entries with errors ~ 1 / sqrt(s); a
-    sample adds less the more the window holds, so the rate falls as the window grows (the
-    window then grows as the square root of time) instead of stopping at a size."""
+    After a reset the window is refilled at once: the first corrections need its first few
+    hundred profile tuples. Beyond them it keeps growing at the floor, slowly, and the
+    re-sorts as it doubles (:func:`resort_due`) order the deep positions on what it gains.
+    (A rate falling as 1 / size from there was tried; see docs/adaptive-filters.md.)"""
     if reset or size < rate[ENOUGH]:
         rate[P_NOW] = rate[P_MAX]
     else:
-        p = rate[P_MAX] * rate[ENOUGH] / size
-        rate[P_NOW] = p if p > rate[P_MIN] else rate[P_MIN]
+        rate[P_NOW] = rate[P_MIN]
     if rate[P_NOW] > rate[P_MIN]:
         rate[AT_FLOOR] = 0.0
         rate[P_NEXT] = rate[P_NOW]

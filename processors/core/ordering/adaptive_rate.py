@@ -2,8 +2,9 @@
 
 The paper's profiler samples at a fixed p (Section 4.1.1, Table 1: 0.01), and Section 10 leaves
 an adaptive rate open. Here p is at its maximum (the configured p) until the profile window
-holds ``STABLE_TUPLES``, then falls as the window grows (p_max * STABLE_TUPLES / size) down to
-a floor, and returns to the maximum at once on drift or an order change. Drift is
+holds ``STABLE_TUPLES``, then at a floor (``p_floor`` times the maximum, profiled as one batch
+in ``FLOOR_EVERY`` at that many times the floor), and returns to the maximum at once on drift
+or an order change. Drift is
 read from counters the main pass keeps anyway (tuples in and out per position), so watching
 costs no profiling; on drift the window is emptied, since its profile tuples describe the old
 statistics (the kernels are in :mod:`processors.kernels.drift`).
@@ -26,7 +27,8 @@ DRIFT_Z = 5.0  # standard deviations: a batch of 65,536 tuples tests ~10^4 times
 DRIFT_MIN_TUPLES = 200  # a position's rate is tested once it and its reference see this many
 REFERENCE_CAP = 1_000_000.0  # tuples: the reference halves beyond this, to follow slow change
 # profile tuples at p_max after a reset; measured (docs/adaptive-filters.md): 1000 (Table 1's
-# window) profiled too long at short periods of change (Fig. 19 at 20,000 tuples: +7-17%)
+# window, then halving p per batch) profiled too long at short periods of change (Fig. 19 at
+# 20,000 tuples: +7-17% over the lowest total)
 STABLE_TUPLES = 250
 FLOOR_EVERY = 8  # at the floor, profile one batch in 8 at 8 times the floor
 
