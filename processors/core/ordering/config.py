@@ -64,7 +64,7 @@ class OrderingConfig:
     # A-Greedy+ only (algorithm "agreedy"; docs/adaptive-filters.md): a violation must be
     # confidence_z standard deviations significant (0: eq. 4 alone); p backs off to
     # p_floor * p while stable (1: never); drift is a pass-rate change beyond drift_effect
-    confidence_z: float = 2.5
+    confidence_z: float = 1.5
     p_floor: float = 0.0625
     drift_effect: float = 0.05
     # A-Caching in the MJoin (Babu et al., ICDE 2005; docs/caching.md): off unless enabled;
