@@ -54,13 +54,14 @@ class QuerySettings:
     def adapt(self, algorithm: str = "agreedy", **settings: Any) -> Self:
         """How filter stages order the filters: the algorithm and its profiling settings.
 
-        ``algorithm`` is one of agreedy (default), sweep, independent, localswaps or fixed; the
-        settings are those of :class:`OrderingConfig` (``profile_probability``,
-        ``window_tuples``, ``window_ms``, ``alpha``, ``min_profile_tuples``, ``costs``,
-        ``cost_samples``, ``seed``). Without adapt(), filters run A-Greedy with the paper's
-        defaults. ``caching=True`` and/or ``cache_memory_mb=64`` make the MJoin adapt subresult
-        caches (A-Caching; ``cache_interval``, ``cache_window``, ``cache_metric``:
-        docs/caching.md); off by default.
+        ``algorithm`` is one of agreedy (A-Greedy+, the default), agreedy_exact (the paper's
+        A-Greedy), sweep, independent, localswaps or fixed; the settings are those of
+        :class:`OrderingConfig` (``profile_probability``, ``window_tuples``, ``window_ms``,
+        ``alpha``, ``min_profile_tuples``, ``costs``, ``cost_samples``, ``seed``, and
+        A-Greedy+'s ``confidence_z``, ``p_floor``, ``drift_effect``: docs/adaptive-filters.md).
+        Without adapt(), filters run A-Greedy+. ``caching=True`` and/or
+        ``cache_memory_mb=64`` make the MJoin adapt subresult caches (A-Caching;
+        ``cache_interval``, ``cache_window``, ``cache_metric``: docs/caching.md); off by default.
         """
         if self._ordering is not None:
             raise QueryError("adapt() is given twice")

@@ -93,7 +93,9 @@ def workload(point: Point, values: int) -> list[list[Batch]]:
 
 def _stage(adaptive: bool, cached: bool) -> MJoinStage:
     config = (
-        OrderingConfig("agreedy") if adaptive else OrderingConfig("fixed", profile_probability=0.0)
+        OrderingConfig("agreedy_exact")
+        if adaptive
+        else OrderingConfig("fixed", profile_probability=0.0)
     )
     join = MJoinStage(list(NAMES), PREDICATES, config)
     if not adaptive:

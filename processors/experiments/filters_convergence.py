@@ -90,7 +90,7 @@ def _convergence_figure(
     seed: int,
 ) -> list[Path]:
     """Figs 9-11: A-Greedy, Independent and Optimal under stable statistics, one x per point."""
-    rows = _convergence_sweep(x, xs, make_workload, ("agreedy", "independent"), scale, seed)
+    rows = _convergence_sweep(x, xs, make_workload, ("agreedy_exact", "independent"), scale, seed)
     notes = run_notes(name, scale, seed, [*setup, _sizes_note(scale)])
     return [
         plotting.write_csv(out / f"{name}.csv", rows, [x, *CONVERGENCE_COLUMNS], notes),
@@ -138,8 +138,8 @@ def table2(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
         workload = FilterWorkload(n=n, seed=seed)
         entries = [
             Contender(
-                "agreedy",
-                OrderingConfig("agreedy", profile_probability=p, costs=(1.0,) * n, seed=seed),
+                "agreedy_exact",
+                OrderingConfig("agreedy_exact", profile_probability=p, costs=(1.0,) * n, seed=seed),
             )
             for p in (0.01, 0.05)
         ]

@@ -114,14 +114,14 @@ def variants(workload: NetworkWorkload, scale: float, seed: int) -> list[Variant
     best = tuple(workload.best_orders())
     window = max(20, round(PROFILE_WINDOW * scale))
     tuned = OrderingConfig(
-        "agreedy",
+        "agreedy_exact",
         profile_probability=PROFILE_P,
         window_tuples=window,
         min_profile_tuples=max(10, round(MIN_PROFILE * scale)),
         seed=seed,
     )
     table1 = OrderingConfig(
-        "agreedy",
+        "agreedy_exact",
         window_tuples=max(20, round(1000 * scale)),
         min_profile_tuples=max(10, round(MIN_PROFILE * scale)),
         seed=seed,

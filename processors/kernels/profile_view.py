@@ -261,8 +261,12 @@ def _eligible(order, parent, pos, c, i):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def find_violation(view, order, costs, alpha, mode, j, parent):  # type: ignore[no-untyped-def]
+def find_violation(view, order, costs, alpha, mode, j, parent, z=0.0):  # type: ignore[no-untyped-def]
     """The first position whose invariant fails by more than ``alpha`` (eq. 4), or -1.
+
+    ``z`` > 0 (A-Greedy+ only; 0 is eq. 4 exactly) also asks the failure to be significant:
+    ``alpha * y / a_c - x / a_i`` (x = V[i, i], y = V[i, c], counts of the same profile tuples)
+    must exceed ``z`` standard deviations of its sampling error. See :func:`_significant`.
 
     FULL: the Greedy Invariant (Def. 4.1); FIRST_ROW: the Independent Invariant (Def. 6.1);
     DIAGONAL_AND_COLUMN: the Sweep Invariant for profiled position ``j`` (Def. 5.1);
@@ -273,6 +277,12 @@ def find_violation(view, order, costs, alpha, mode, j, parent):  # type: ignore[
     pos = np.empty(n, dtype=np.int64)
     for k in range(n):
         pos[order[k]] = k
+    # rows[i]: profile tuples that reach position i (their drop position is i or later; in the
+    # full view V[d, d] counts those dropped exactly at d)
+    rows = np.zeros(n + 1, dtype=np.float64)
+    if z > 0.0:
+        for d in range(n - 1, -1, -1):
+            rows[d] = rows[d + 1] + view[d, d]
     for i in range(n - 1):
         mine = (view[0, i] if mode == FIRST_ROW else view[i, i]) / costs[order[i]]
         if mode == DIAGONAL_AND_COLUMN:
@@ -284,9 +294,43 @@ def find_violation(view, order, costs, alpha, mode, j, parent):  # type: ignore[
         last = i + 2 if mode == TWO_DIAGONALS else n
         for c in range(i + 1, last):
             other = view[0, c] if mode == FIRST_ROW else view[i, c]
-            if mine < alpha * other / costs[order[c]] and _eligible(order, parent, pos, c, i):
+            if (
+                mine < alpha * other / costs[order[c]]
+                and _eligible(order, parent, pos, c, i)
+                and (
+                    z <= 0.0
+                    or _significant(
+                        view[i, i], costs[order[i]], other, costs[order[c]], alpha, z, rows[i]
+                    )
+                )
+            ):
                 return i
     return -1
+
+
+@njit(cache=True, inline="always")
+def _significant(x, a_x, y, a_y, alpha, z, rows):  # type: ignore[no-untyped-def]
+    """Whether ``alpha * y / a_y`` exceeds ``x / a_x`` by more than ``z`` standard deviations
+    of its sampling error: a one-sided z-test (see :func:`find_violation`).
+
+    The difference is a sum over the ``rows`` profile tuples of row i of a per-tuple term
+    (wy if only position c drops the tuple, -wx if only i does, wy - wx if both); its
+    variance is ``rows`` times the term's. The view does not keep how many tuples both drop
+    (o), and the variance falls as o grows, so the smallest o the counts allow,
+    max(0, x + y - rows), is used: the test errs towards keeping the order.
+    """
+    wx = 1.0 / a_x
+    wy = alpha / a_y
+    diff = wy * y - wx * x
+    if diff <= 0.0:
+        return False
+    both = x + y - rows
+    if both < 0.0:
+        both = 0.0
+    var = wx * wx * x + wy * wy * y - 2.0 * wx * wy * both
+    if rows > 0.0:
+        var -= diff * diff / rows
+    return diff * diff > z * z * var
 
 
 @njit(cache=True)

@@ -27,7 +27,11 @@ from processors.core.ordering.profile import CostEstimates
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import InIndex, Predicate, plan_predicates
-from processors.kernels.index_filters import run_index_filters, run_index_filters_absorbing
+from processors.kernels.index_filters import (
+    run_index_filters,
+    run_index_filters_absorbing,
+    run_index_filters_adaptive,
+)
 from processors.kernels.intrinsics import ns_per_cycle
 from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
 from processors.kernels.profiling import finish_profiles, mark_dropped, profile_step, sample_rows
@@ -110,6 +114,7 @@ class FilterStage(StageBase):
         # by the one-call profiling of index filters instead of looking the drops up
         self.profile_repeats = np.zeros(self.n, dtype=np.int64)
         self._hits = np.zeros(1, dtype=np.int64)
+        self._rate_done = True  # whether this batch's kernel call chose the next p already
         # all filters index probes: profile a batch in one kernel call (see _profile_indexes)
         self._index_filters = self.n > 0 and all(type(p) is InIndex for p in self.predicates)
         # cycles of profiling in the main-pass kernel call, the batch's number of samples, and
@@ -195,8 +200,13 @@ class FilterStage(StageBase):
         self.ns["profile_tuple_creation"] += self._profile_ns
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = self._reopt_ns = 0
+        changed = False
         if self._profiled:
-            self._absorb(self._profiled)
+            changed = self._absorb(self._profiled)
+        if not self._rate_done:  # A-Greedy+ (per-position path): the next batch's p
+            t3 = time.perf_counter_ns()
+            self.reoptimizer.advance_rate(changed)
+            self.ns["violations"] += time.perf_counter_ns() - t3
         self.tuples_out += passed
         return out
 
@@ -241,16 +251,16 @@ class FilterStage(StageBase):
         measure = self.costs.measured and self.batches % COST_SAMPLE_EVERY == 1
         order = reopt.order
         profiling = reopt.profiles and self.config.p > 0
+        self._rate_done = reopt.adaptive is None
         if self._index_filters:
             cols = self._index_columns(batch)
             if cols is not None:
                 return self._run_index_filters(cols, size, measure, profiling)
+        p = reopt.profile_probability  # A-Greedy+ at its floor: 0 on most batches
         n_samples = n_alive = n_dead = before_prev = 0
-        if profiling:
+        if profiling and p > 0:
             start = clock()
-            n_samples = sample_rows(
-                size, self.config.p, PROFILE_RUN, self._rng_state, self._samples
-            )
+            n_samples = sample_rows(size, p, PROFILE_RUN, self._rng_state, self._samples)
             samples = self._samples[:n_samples]
             dropped_at = self._dropped_at[:n_samples]
             dropped_at[:] = self.n
@@ -302,6 +312,11 @@ class FilterStage(StageBase):
             start = clock()
             self.costs.record_many(*timed)
             self._cost_ns += clock() - start
+        if reopt.adaptive is not None:  # A-Greedy+: drift in the pass counters (kernels.drift)
+            start = clock()
+            reopt.observe_pass(counts)
+            self._reopt_ns += clock() - start
+            self.ns["violations"] += clock() - start
         self.last_evaluations = evaluated
         return sels, counts
 
@@ -341,7 +356,8 @@ class FilterStage(StageBase):
             ),
             (reopt.order, sels, size, counts, evals, cyc, self._hits, ticks),
             (
-                self.config.p if profiling else 0.0, PROFILE_RUN, self._rng_state, self._samples,
+                reopt.profile_probability if profiling else 0.0, PROFILE_RUN, self._rng_state,
+                self._samples,
                 self._dropped_at, self._bits, self._codes, reopt.mode, reopt.column,
                 self.profile_evaluations, self.profile_repeats,
             ),
@@ -352,7 +368,13 @@ class FilterStage(StageBase):
             costs = self.costs.values()
             window = reopt.kernel_window(self.clock_ms(), costs)
             t1 = time.perf_counter_ns()
-            run_index_filters_absorbing(*head, window)
+            adaptive = reopt.adaptive
+            if adaptive is None:
+                run_index_filters_absorbing(*head, window)
+            else:  # A-Greedy+: drift test and the next p in the same call
+                run_index_filters_adaptive(*head, window, adaptive.args)
+                adaptive.booked(int(adaptive.out[0]))
+                self._rate_done = True
             t2 = time.perf_counter_ns()
             m, found, moved, size, window_cycles, check_cycles = ticks[2:].tolist()
             changes = reopt.absorbed(m, found, moved, size, window_cycles, check_cycles, costs)
@@ -377,8 +399,9 @@ class FilterStage(StageBase):
         self.last_evaluations = int(counts[: self.n].sum())
         return sels, counts
 
-    def _absorb(self, m: int) -> None:
-        """Hand this batch's profile tuples to the re-optimizer, which may reorder."""
+    def _absorb(self, m: int) -> bool:
+        """Hand this batch's profile tuples to the re-optimizer, which may reorder; returns
+        whether it did."""
         reopt = self.reoptimizer
         self.profile_tuples += m
         t0 = time.perf_counter_ns()
@@ -390,6 +413,7 @@ class FilterStage(StageBase):
             self.ns[key] += reopt.ns[key] - before[key]
         for change in changes:
             self._report(change)
+        return bool(changes)
 
     def _report(self, change: OrderChange) -> None:
         """Count, keep (formatted with filter names when stats() asks) and log the change."""
@@ -397,6 +421,13 @@ class FilterStage(StageBase):
             change, [p.name for p in self.predicates], self.clock_ms(), self.tuples_in,
             "tuples", {"at_tuple": self.tuples_in},
         )  # fmt: skip
+
+    @property
+    def mean_profile_probability(self) -> float:
+        """The drop-profiling probability in effect (A-Greedy+'s adapts; on average over
+        batches when at its floor, where it profiles one batch in several)."""
+        adaptive = self.reoptimizer.adaptive
+        return self.config.p if adaptive is None else adaptive.mean_p
 
     @property
     def changes_total(self) -> int:
@@ -438,6 +469,8 @@ class FilterStage(StageBase):
                 float(self.evaluations.sum()) / self.tuples_in if self.tuples_in else 0.0
             ),
             "profile_tuples": self.profile_tuples,
+            "profile_probability": self.mean_profile_probability,
+            "drifts": 0 if self.reoptimizer.adaptive is None else self.reoptimizer.adaptive.drifts,
             "profile_window": len(self.reoptimizer.window),
             "cost_ns": {names[f]: float(costs[f]) for f in range(self.n)},
             "selectivity": _rates(names, self.reoptimizer.window.pass_rates()),

@@ -120,7 +120,7 @@ def test_the_factory_makes_one_filter_stage_per_partition_with_the_query_setting
 def test_the_factory_uses_the_defaults_without_adapt() -> None:
     stats = _stage_factory(FILTER_STAGE, filter_query().build())(2).stats()
     assert stats["ordering"]["profile_probability"] == 0.01
-    assert stats["ordering"]["window_tuples"] == 1000
+    assert stats["ordering"]["window_tuples"] == 8000  # A-Greedy+, the default
 
 
 # -- concatenation ------------------------------------------------------------------------------

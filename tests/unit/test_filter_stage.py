@@ -72,7 +72,9 @@ def scenarios(draw: st.DrawFn) -> tuple:
     filters = [make_filter(draw, i) for i in range(n_filters)]
     n_rows = draw(st.integers(0, 400))
     seed = draw(st.integers(0, 2**31))
-    algorithm = draw(st.sampled_from(["agreedy", "independent", "sweep", "localswaps", "fixed"]))
+    algorithm = draw(
+        st.sampled_from(["agreedy", "agreedy_exact", "independent", "sweep", "localswaps", "fixed"])
+    )
     order = draw(st.permutations(range(n_filters)))
     batch_size = draw(st.integers(1, 150))
     p = draw(st.sampled_from([0.0, 0.3, 1.0]))
@@ -189,7 +191,9 @@ def test_costs_must_match_filters() -> None:
         FilterStage([Compare("a", ">", 1)], OrderingConfig(costs=(1.0, 2.0)))
 
 
-@pytest.mark.parametrize("algorithm", ["agreedy", "sweep", "independent", "localswaps"])
+@pytest.mark.parametrize(
+    "algorithm", ["agreedy", "agreedy_exact", "sweep", "independent", "localswaps"]
+)
 def test_index_probe_filters_on_the_section_9_workload(algorithm: str) -> None:
     """Index-probe filters (cost 1 and 3) over sliding windows: output = the generator's truth."""
     from processors.bench.filters import workload_predicates
@@ -212,7 +216,7 @@ def test_index_probe_filters_on_the_section_9_workload(algorithm: str) -> None:
 
 
 @pytest.mark.parametrize("window", [200, 40])  # 40: fewer than a batch's profile tuples
-@pytest.mark.parametrize("algorithm", ["agreedy", "sweep", "independent", "localswaps"])
+@pytest.mark.parametrize("algorithm", ["agreedy_exact", "sweep", "independent", "localswaps"])
 def test_index_filters_profile_as_the_per_position_path_does(algorithm: str, window: int) -> None:
     """Index-probe filters profile inside the main pass's kernel calls: same samples, same
     profile tuples, same orders and evaluation counts as the per-position path of other

@@ -61,7 +61,7 @@ def test_agreedy_and_sweep_converge_to_the_static_greedy_order(seed: int) -> Non
     sets, costs, greedy = instance(seed, n)
     start = greedy[::-1]  # as far from the answer as possible
     final = {}
-    for algorithm in ("agreedy", "sweep"):
+    for algorithm in ("agreedy_exact", "sweep"):
         config = OrderingConfig(
             algorithm,
             profile_probability=0.5,
@@ -78,5 +78,5 @@ def test_agreedy_and_sweep_converge_to_the_static_greedy_order(seed: int) -> Non
         run(stage, seed, 80)
         final[algorithm] = stage.order
         assert stage.changes_total > 0
-    assert final["agreedy"] == greedy
+    assert final["agreedy_exact"] == greedy
     assert final["sweep"] == greedy

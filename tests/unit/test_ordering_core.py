@@ -100,11 +100,21 @@ def test_a_stalled_call_does_not_change_a_filters_cost() -> None:
 
 
 def test_defaults_follow_table_1() -> None:
-    assert OrderingConfig().p == 0.01 and OrderingConfig().window == 1000
+    assert OrderingConfig("agreedy_exact").p == 0.01
+    assert OrderingConfig("agreedy_exact").window == 1000
+    # the default, A-Greedy+: p is its maximum; its window is longer (docs/adaptive-filters.md)
+    assert OrderingConfig().p == 0.01 and OrderingConfig().window == 8000
     assert OrderingConfig("independent").p == 0.005
     assert OrderingConfig("sweep").window == 500
     assert OrderingConfig().alpha == 0.9
-    assert set(REOPTIMIZERS) == {"agreedy", "independent", "sweep", "localswaps", "fixed"}
+    assert set(REOPTIMIZERS) == {
+        "agreedy",
+        "agreedy_exact",
+        "independent",
+        "sweep",
+        "localswaps",
+        "fixed",
+    }
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,10 @@
 
 Defaults follow Table 1 of the A-Greedy paper (Babu et al., SIGMOD 2004): drop-profiling
 probability 0.01 (0.005 for Independent), a profile window of 1000 profile tuples (500 for
-Sweep, where it is also the length of a stage) and thrash-avoidance alpha = 0.9.
+Sweep, where it is also the length of a stage) and thrash-avoidance alpha = 0.9. The default
+algorithm, A-Greedy+ (``agreedy``), departs from the paper's A-Greedy (``agreedy_exact``) as
+docs/adaptive-filters.md explains: p is a maximum that it backs off from, and its window is
+8000 profile tuples.
 
 The algorithms are those of ``REOPTIMIZERS`` in :mod:`processors.core.ordering.reoptimizers`,
 the one list of their names.
@@ -14,7 +17,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 _DEFAULT_P = {"independent": 0.005}
-_DEFAULT_WINDOW = {"sweep": 500}
+# A-Greedy+ empties its window when the statistics drift (processors.kernels.drift), so its
+# window need not be short to follow change, and a longer one orders the deep positions on
+# more profile tuples (docs/adaptive-filters.md)
+_DEFAULT_WINDOW = {"sweep": 500, "agreedy": 8000}
 
 
 class OrderingConfigError(ValueError):
@@ -55,6 +61,12 @@ class OrderingConfig:
     costs: tuple[float, ...] | None = None
     cost_samples: int = 64  # per filter: the last N timed batches make up a_i
     seed: int = 0
+    # A-Greedy+ only (algorithm "agreedy"; docs/adaptive-filters.md): a violation must be
+    # confidence_z standard deviations significant (0: eq. 4 alone); p backs off to
+    # p_floor * p while stable (1: never); drift is a pass-rate change beyond drift_effect
+    confidence_z: float = 1.5
+    p_floor: float = 0.0625
+    drift_effect: float = 0.05
     # A-Caching in the MJoin (Babu et al., ICDE 2005; docs/caching.md): off unless enabled;
     # cache_memory_mb alone enables it. I (tuples), W (observations), the cost metric.
     caching: bool | None = None
@@ -84,6 +96,12 @@ class OrderingConfig:
             )
         if self.costs is not None and any(not c > 0 for c in self.costs):
             raise OrderingConfigError(f"costs must all be positive, got {self.costs}")
+        if not self.confidence_z >= 0.0:
+            raise OrderingConfigError(f"confidence_z must be >= 0, got {self.confidence_z}")
+        if not 0.0 < self.p_floor <= 1.0:
+            raise OrderingConfigError(f"p_floor must be in (0, 1], got {self.p_floor}")
+        if not 0.0 <= self.drift_effect < 1.0:
+            raise OrderingConfigError(f"drift_effect must be in [0, 1), got {self.drift_effect}")
         if self.cost_samples < 1:
             raise OrderingConfigError(f"cost_samples must be at least 1, got {self.cost_samples}")
         self._check_caching()
@@ -130,6 +148,12 @@ class OrderingConfig:
             return int(self.window_tuples)
         return _DEFAULT_WINDOW.get(self.algorithm, 1000)
 
+    def for_joins(self) -> OrderingConfig:
+        """The settings an MJoin's pipelines order with: A-Greedy+ (``agreedy``) becomes the
+        paper's A-Greedy, since its profiling rate follows the filter stage's main-pass
+        counters, which a join's probe pipelines do not keep (docs/adaptive-filters.md)."""
+        return self.with_(algorithm="agreedy_exact") if self.algorithm == "agreedy" else self
+
     def with_(self, **changes: Any) -> OrderingConfig:
         return replace(self, **changes)
 
@@ -143,6 +167,9 @@ class OrderingConfig:
             "min_profile_tuples": self.min_profile_tuples,
             "costs": list(self.costs) if self.costs is not None else None,
             "seed": self.seed,
+            "confidence_z": self.confidence_z,
+            "p_floor": self.p_floor,
+            "drift_effect": self.drift_effect,
             "caching": self.caches_on,
             "cache_memory_mb": self.cache_memory_mb,
             "cache_interval": self.cache_interval,

@@ -1,7 +1,10 @@
 """Re-optimizers: keep a filter order that satisfies an invariant over the profile window.
 
 One class per algorithm of Babu et al.: A-Greedy keeps the Greedy Invariant (Definition 4.1)
-with violation detection (Fig. 4) and correction (Fig. 5); Sweep (Section 5), Independent
+with violation detection (Fig. 4) and correction (Fig. 5), exactly as the paper does
+(``agreedy_exact``) or with the departures of A-Greedy+ (``agreedy``, the default: a violation
+must be significant given its counts, and the profiling rate adapts; see
+docs/adaptive-filters.md); Sweep (Section 5), Independent
 (Section 6) and LocalSwaps (Section 7) keep weaker invariants from fewer statistics; Fixed never
 reorders (the baseline). All share the profile window and the matrix view; each says which view
 entries it keeps and which extra filters a profiled tuple must be evaluated on.
@@ -20,8 +23,10 @@ from typing import ClassVar
 
 import numpy as np
 
+from processors.core.ordering.adaptive_rate import AdaptiveRate
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.profile import ProfileWindow
+from processors.kernels.drift import new_checkpoint, resort_due, resort_restart
 from processors.kernels.intrinsics import ns_per_cycle
 from processors.kernels.profile_view import (
     DIAGONAL_AND_COLUMN,
@@ -59,6 +64,10 @@ class Reoptimizer:
     profiles: ClassVar[bool] = True  # False: no drop profiling at all
     # True: absorb_samples corrects a violation inside its kernel call (Fig. 5 for A-Greedy)
     kernel_corrects: ClassVar[bool] = False
+    # > 0: a violation must be that many standard deviations significant (A-Greedy+ only)
+    z: float = 0.0
+    # A-Greedy+'s adaptive profiling rate (None: profile at the configured p throughout)
+    adaptive: AdaptiveRate | None = None
 
     def __init__(
         self,
@@ -103,6 +112,8 @@ class Reoptimizer:
         self._before = np.zeros(n_filters, dtype=np.int64)  # the order a kernel correction left
         self._now = np.zeros(1, dtype=np.int64)  # the batch's clock (ms) for kernel_window
         self._window_args: tuple[object, ...] | None = None
+        # A-Greedy+'s re-sort points as its window fills (kernels.drift.resort_due); never
+        self.checkpoint = np.array([-1, 0, 0], dtype=np.int64)
         self.checks = 0
         self.violations = 0
 
@@ -116,6 +127,28 @@ class Reoptimizer:
         return True
 
     # -- what profiling must evaluate -------------------------------------------------------
+    @property
+    def profile_probability(self) -> float:
+        """The drop-profiling probability for the next batch (Section 4.1.1's p)."""
+        return self.adaptive.p if self.adaptive is not None else self.config.p
+
+    def observe_pass(self, counts: np.ndarray) -> None:
+        """A batch's main-pass counters (``counts[k]``: tuples that reached position k), before
+        its profile tuples are absorbed: A-Greedy+ tests them for drift (per-position path)."""
+        if self.adaptive is not None:
+            window = self.window
+            found = self.adaptive.observe(counts, window.state, self.patterns, self.hist, self.view)
+            if found >= 0:
+                resort_restart(self.checkpoint)
+            self._drifted = found >= 0
+
+    def advance_rate(self, changed: bool) -> None:
+        """After a batch (per-position path): A-Greedy+ chooses the next batch's p."""
+        if self.adaptive is not None:
+            reset = changed or self._drifted
+            self.adaptive.advance(reset, len(self.window))
+            self._drifted = False
+
     @property
     def column(self) -> int:
         """The profiled position (Sweep); -1 when every position is profiled."""
@@ -163,7 +196,7 @@ class Reoptimizer:
             self._window_args = (
                 window.ring, window.ts, window.state, self._now, window.window_ms or 0,
                 self.hist, self.view, self.patterns, window.codes, minimum, costs, self.alpha,
-                self.parents, self.kernel_corrects, self._before,
+                self.parents, self.kernel_corrects, self._before, self.z, self.checkpoint,
             )  # fmt: skip
         return self._window_args
 
@@ -234,8 +267,20 @@ class Reoptimizer:
         if self.n < 2:
             return None
         found = find_violation(
-            self.view, self.order, costs, self.alpha, self.mode, self.column, self.parents
+            self.view,
+            self.order,
+            costs,
+            self.alpha,
+            self.mode,
+            self.column,
+            self.parents,
+            self.z,
         )
+        # A-Greedy+ (as absorb_samples does): Fig. 5 from position 0 once the window doubled
+        if self.kernel_corrects and resort_due(
+            self.checkpoint, len(self.window), self.window.capacity
+        ):
+            found = 0 if found < 0 else found
         return None if found < 0 else int(found)
 
     def after_check(self) -> list[OrderChange]:
@@ -272,9 +317,9 @@ class Reoptimizer:
 
 
 class AGreedy(Reoptimizer):
-    """Maintains the Greedy Invariant over the full matrix view (Section 4)."""
+    """Maintains the Greedy Invariant over the full matrix view (Section 4), as the paper does."""
 
-    name = "agreedy"
+    name = "agreedy_exact"
     mode = FULL
     kernel_corrects = True
 
@@ -288,6 +333,49 @@ class AGreedy(Reoptimizer):
         )  # fmt: skip
         moved = [int(f) for k, f in enumerate(self.order) if f != before[k]]
         return f"greedy invariant violated at position {position}; reordered {moved}"
+
+
+class AGreedyPlus(AGreedy):
+    """A-Greedy with two departures from the paper (docs/adaptive-filters.md has the evidence):
+
+    - detection (Fig. 4, eq. 4) reports a violation only when it is significant given the
+      view's counts (``confidence_z`` standard deviations), so that the noise of deep rows,
+      which hold few profile tuples, does not reorder filters of equal drop rate;
+    - the profiling probability adapts (:class:`AdaptiveRate`): it backs off while the order
+      holds and the main pass's pass counters show no drift, and returns to the configured p at
+      once (with an emptied window) when they do.
+    Correction is Fig. 5 unchanged.
+    """
+
+    name = "agreedy"
+
+    def _change(self, position: int) -> OrderChange:
+        change = super()._change(position)
+        if self.checkpoint[1]:
+            reason = f"re-sorted on {len(self.window)} profile tuples (the window doubled)"
+            change = OrderChange(change.before, change.after, position, reason)
+        return change
+
+    def __init__(
+        self,
+        n_filters: int,
+        config: OrderingConfig,
+        order: list[int] | None = None,
+        parents: list[int] | None = None,
+    ):
+        super().__init__(n_filters, config, order, parents)
+        self.z = config.confidence_z
+        self._drifted = False
+        self.checkpoint = new_checkpoint(config.min_profile_tuples)
+        if config.p_floor < 1.0:
+            self.adaptive = AdaptiveRate(
+                n_filters,
+                config.p,
+                config.p_floor,
+                config.drift_effect,
+                config.window,
+                config.min_profile_tuples,
+            )
 
 
 class Independent(Reoptimizer):
@@ -396,7 +484,7 @@ class Fixed(Reoptimizer):
 
 
 REOPTIMIZERS: dict[str, type[Reoptimizer]] = {
-    cls.name: cls for cls in (AGreedy, Independent, Sweep, LocalSwaps, Fixed)
+    cls.name: cls for cls in (AGreedyPlus, AGreedy, Independent, Sweep, LocalSwaps, Fixed)
 }
 
 
