@@ -93,8 +93,7 @@ class MJoinStage(StageBase):
         self.names = list(names)
         self.n = len(self.names)
         self.graph = JoinGraph(self.n, predicates, self.names)
-        # A-Greedy+ is a filter-stage algorithm: joins order with the paper's A-Greedy
-        self.config = (config or OrderingConfig()).for_joins()
+        self.config = (config or OrderingConfig()).for_joins()  # A-Greedy+ is for filters
         self.clock_ms = clock_ms
         key_columns: list[list[str]] = [[] for _ in range(self.n)]
         for inp, col in sorted(self.graph.class_of):
