@@ -53,14 +53,16 @@ LEAD_S, MAX_RISING = 2.0, 0.25
 #: shares are cut only on clear evidence (see _overloaded)
 HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
 #: between decisions, a read rate this much above (or, while shedding, below) the last
-#: decision's is acted on at once
+#: decision's is acted on at once; while shedding, a rise of SHEDDING_RISE already is (a load
+#: climbing 7% a second was 20% above the shares' rate only after 3 s, the shares too high)
 FAST_RISE = 1.2
+SHEDDING_RISE = 1.1
 #: what reading (and dropping) a record costs, as a share of what processing a kept one
-#: costs: the drop box refuses records before their decode, but the consumer still fetches
-#: and hands each over. Estimated from the shedding experiment's timeline (a kept rate held
-#: while the offered rate rose from 1.1 to 3 times the capacity filled the processor:
-#: about 0.13); feed_forward holds the cost of both, not the kept rate alone
-READ_COST = 0.1
+#: costs: the drop box refuses records before their decode, and since the consumer reads
+#: them as columns (processors.runtime.fetch_runs) no object is made of them either. Was
+#: 0.1, estimated from the shedding experiment's timeline when the consumer still made an
+#: object of each; feed_forward holds the cost of both, not the kept rate alone
+READ_COST = 0.05
 #: shares closer than this to the current ones are not worth a new SHED record
 MATERIAL = 0.02
 #: the search's effort at run time (cost model evaluations; docs/shedding.md)
@@ -163,7 +165,8 @@ def feed_forward(
     if last.rate <= 0 or last.need <= 0 or rate_now <= 0:
         return None
     shedding = any(v < 1.0 for v in current.values())
-    rose, fell = rate_now >= FAST_RISE * last.rate, rate_now * FAST_RISE <= last.rate
+    rise = SHEDDING_RISE if shedding else FAST_RISE
+    rose, fell = rate_now >= rise * last.rate, rate_now * FAST_RISE <= last.rate
     if not (rose or (fell and shedding)):
         return None
     grown = last.need * rate_now / last.rate
