@@ -21,8 +21,10 @@ each, so an upgrade that breaks them fails loudly):
   older format, are read by the client's own record objects);
 - record batch objects' ``validate_crc``, ``producer_id``, ``is_control_batch``,
   ``is_transactional``, ``base_offset``, ``next_offset``, ``magic``, ``compression_type``,
-  ``last_offset_delta``, ``timestamp_type``; ``FetchResult.getall`` counting each run as one
-  message against ``max_records``.
+  ``last_offset_delta``, ``timestamp_type``; the module global ``FetchResult`` (replaced:
+  ``getall`` counts a run's records against ``max_records``, with ``FetchResult``'s members
+  ``_topic_partition``, ``_partition_records``, ``check_assignment``, ``has_more`` and
+  ``_update_position``).
 
 The registry is process-wide (a worker process runs one Faust app); a topic not registered
 is fetched exactly as aiokafka fetches it.
@@ -44,6 +46,10 @@ from processors.runtime.record_block import Packed, RecordBlock
 _BULK_TOPICS: set[str] = set()
 _ORIGINAL_RECORDS = aiokafka_fetcher.MemoryRecords
 _ORIGINAL_PARTITION_RECORDS = aiokafka_fetcher.PartitionRecords
+_ORIGINAL_FETCH_RESULT = aiokafka_fetcher.FetchResult
+#: records in one run at most: a poll's budget (``max_records``) is counted in records, and a
+#: run may pass it by this much
+RUN_RECORDS = 4_096
 _READ_COMMITTED = aiokafka_fetcher.READ_COMMITTED
 _BATCH_OVERHEAD = 12  # base offset and length, before the length counts
 _LENGTH = struct.Struct(">i")
@@ -148,15 +154,45 @@ class RunPartitionRecords(_ORIGINAL_PARTITION_RECORDS):  # type: ignore[misc, va
         n = read_batches(data, starts, ends, self._run_from, *columns)
         if n < 0:
             raise kafka_errors.CorruptRecordException(f"Malformed record batch - {self._tp}")
-        if n:
-            packed = Packed(data, key_pos[:n], key_len[:n], value_pos[:n], value_len[:n])
-            yield RecordRun(offsets[:n], timestamps[:n], packed, timestamp_type)
+        end = self.next_fetch_offset  # past the spans' last batch
+        for a in range(0, n, RUN_RECORDS):
+            z = min(a + RUN_RECORDS, n)
+            packed = Packed(data, key_pos[a:z], key_len[a:z], value_pos[a:z], value_len[a:z])
+            # the position after what is handed out (a poll may stop after any run)
+            self.next_fetch_offset = end if z == n else int(offsets[z - 1]) + 1
+            yield RecordRun(offsets[a:z], timestamps[a:z], packed, timestamp_type)
+        self.next_fetch_offset = end
 
     def _objects(self, batch: Any) -> Iterator[RecordRun]:
         """A batch the kernel does not read, through the client's record objects."""
         kept = [r for r in batch if r.offset >= self.next_fetch_offset]
         if kept:
             yield run_of(kept, batch.timestamp_type)
+
+
+class RunFetchResult(_ORIGINAL_FETCH_RESULT):  # type: ignore[misc, valid-type]
+    """aiokafka's buffered fetch of one partition, whose ``getall`` counts the records of runs
+    against ``max_records`` (a poll's budget), not the runs: the worker's in-flight input stays
+    bounded as it was with one object per record (the memory limit's pauses rely on it)."""
+
+    def getall(self, max_records: int | None = None) -> list[Any]:
+        if max_records is None:
+            return super().getall(max_records)
+        tp = self._topic_partition
+        if not self.check_assignment(tp) or not self.has_more():
+            return []
+        out: list[Any] = []
+        records = 0
+        for item in self._partition_records:
+            out.append(item)
+            records += len(item) if isinstance(item, RecordRun) else 1
+            if records >= max_records:
+                self._update_position()
+                break
+        else:
+            self._update_position()
+            self._partition_records = None
+        return out
 
 
 def run_of(records: Iterable[Any], timestamp_type: int = 0) -> RecordRun:
@@ -232,3 +268,4 @@ def install(topics: Iterable[str]) -> None:
     _BULK_TOPICS.update(topics)
     aiokafka_fetcher.MemoryRecords = KeptRecords
     aiokafka_fetcher.PartitionRecords = RunPartitionRecords
+    aiokafka_fetcher.FetchResult = RunFetchResult

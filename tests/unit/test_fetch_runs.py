@@ -151,5 +151,42 @@ def test_the_fetcher_makes_its_records_by_the_names_replaced() -> None:
     assert aiokafka_fetcher.PartitionRecords is RunPartitionRecords
     for member in ("_consume_aborted_up_to", "_contains_abort_marker", "_unpack_records"):
         assert hasattr(_Original, member)
-    getall = inspect.getsource(aiokafka_fetcher.FetchResult.getall)
-    assert "for msg in self._partition_records" in getall
+    assert aiokafka_fetcher.FetchResult is fetch_runs.RunFetchResult
+    assert "FetchResult(" in source and "type(res_or_error) is FetchResult" in inspect.getsource(
+        aiokafka_fetcher.Fetcher.fetched_records
+    )
+    for member in ("check_assignment", "has_more", "_update_position"):
+        assert hasattr(fetch_runs._ORIGINAL_FETCH_RESULT, member)
+
+
+def test_a_polls_budget_counts_the_records_of_runs() -> None:
+    """getall(max_records) stops once the runs it returns hold max_records records (a run of
+    at most RUN_RECORDS), then gives the rest; every record once, the position after each."""
+    raw = b"".join(batch(rows(100), base=100 * k) for k in range(100))  # 10,000 records
+    records = RunPartitionRecords(TopicPartition(TOPIC, 0), KeptRecords(raw), None, 0, None,
+                                  None, True, 0)  # fmt: skip
+
+    class State:
+        position = 0
+
+        def consumed_to(self, offset: int) -> None:
+            self.position = offset
+
+    class Assignment:
+        active = True
+        state = State()
+        state.paused = False
+
+        def state_value(self, tp: object) -> State:
+            return self.state
+
+    assignment = Assignment()
+    result = fetch_runs.RunFetchResult(TopicPartition(TOPIC, 0), assignment=assignment,
+                                       partition_records=records, backoff=0)  # fmt: skip
+    seen: list[int] = []
+    while result.has_more():
+        got = result.getall(3_000)
+        assert sum(len(r) for r in got) <= 3_000 + fetch_runs.RUN_RECORDS
+        seen += [int(o) for r in got for o in r.offsets]
+        assert assignment.state.position == seen[-1] + 1
+    assert seen == list(range(10_000))

@@ -19,6 +19,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("processors", "topics", "spark_bridge")
+#: scripts run by the peers' own interpreter (`streamon bench peers`), each with its folder on
+#: the path and no streamon import: not modules of streamon's packages
+SCRIPTS = (ROOT / "processors" / "bench" / "peer_programs",)
 
 
 def _modules() -> dict[str, Path]:
@@ -26,6 +29,8 @@ def _modules() -> dict[str, Path]:
     out: dict[str, Path] = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
+            if any(path.is_relative_to(folder) for folder in SCRIPTS):
+                continue
             rel = path.relative_to(ROOT).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
             out[".".join(parts)] = path
