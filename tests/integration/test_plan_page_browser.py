@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.test_filter_query import PARTITIONS, QUERY, A, B, phase_batch, wait_first
+from integration.test_filter_query import (
+    PARTITIONS,
+    QUERY,
+    A,
+    B,
+    phase_batch,
+    scrape,
+    wait_first,
+)
 from integration.test_join_query import publish_half, write_query
 
 from processors.commands.demo import PARTITIONS as DEMO_PARTITIONS
@@ -294,13 +302,6 @@ def test_the_plan_page_needs_the_token_and_works_with_it(
         worker.stop()
 
 
-def demo_metrics(worker: WorkerProcess) -> dict[str, Any]:
-    """The demo worker's ``/metrics``, parsed by Prometheus's own parser: family by name."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    return {f.name: f for f in text_string_to_metric_families(worker.metrics())}
-
-
 def check_metrics_grew(first: dict[str, Any], then: dict[str, Any], versions: dict) -> None:
     """Issue 20's scrape on the demo worker: the families and their types, counters that grew
     with phase 1's sightings, and the join orders as info gauges at the versions in force."""
@@ -355,7 +356,7 @@ def test_the_plan_page_shows_the_demo_query_and_a_join_reorder_live(
             next(phases)  # phase 0: the worker leaves its initial orders for phase 0's
             wait_for_count(bootstrap, result, 1, 60.0, [worker])
             before = settled(worker)
-            scraped = demo_metrics(worker)
+            scraped = scrape(worker)
             wait_until(lambda: shows_worker_orders(browser, worker), PAGE_DELAY_S,
                        "the page shows phase 0's orders")  # fmt: skip
             shown = {k for k in page_orders(browser) if k[1] == "mjoin"}
@@ -390,7 +391,7 @@ def test_the_plan_page_shows_the_demo_query_and_a_join_reorder_live(
                 pass
             after = settled(worker)
             assert all(after[p] > before[p] for p in before), (before, after)
-            check_metrics_grew(scraped, demo_metrics(worker), after)
+            check_metrics_grew(scraped, scrape(worker), after)
             wait_until(lambda: shows_worker_orders(browser, worker), PAGE_DELAY_S,
                        "the page shows phase 1's orders and versions")  # fmt: skip
             listed = browser.execute_script(
