@@ -84,6 +84,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.id:
         options.worker_id = args.id
     options.reset_state = args.reset_state
+    options.realtime = args.realtime
     run_worker(plan, options, loglevel=args.loglevel)
     return 0
 
@@ -218,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of stopping",
     )
     worker.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run the worker's threads under real-time scheduling (SCHED_RR) when the system "
+        "permits (root or CAP_SYS_NICE): on cores shared with the broker or producers, its "
+        "latency no longer waits for the scheduler",
+    )
+    worker.add_argument(
         "--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"]
     )
     worker.set_defaults(func=_worker)
@@ -284,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="latency: offered records/s (default: half the measured capacity)",
+    )
+    bench.add_argument(
+        "--normal-scheduling",
+        action="store_true",
+        help="latency: run the worker without --realtime (default: with it, where permitted, "
+        "so that the publisher and the broker on the same cores do not delay its threads)",
     )
     bench.add_argument(
         "--spread",

@@ -71,23 +71,34 @@ class WorkerProcess:
             self.proc.kill()
         return self.proc.wait()
 
+    def info(self) -> dict[str, Any]:
+        """What the running worker wrote about itself (addresses, pid, scheduling)."""
+        return json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
+
     def page_url(self) -> str | None:
         """The address of the worker's live plan page (None: no web port, or not started)."""
         try:
-            info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
+            info = self.info()
         except (OSError, ValueError):
             return None
         return info.get("page_url")
 
+    def scheduling(self) -> str | None:
+        """The worker's CPU scheduling (``runtime/cpu_priority.py``; None: not started)."""
+        try:
+            return self.info().get("scheduling")
+        except (OSError, ValueError):
+            return None
+
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """The worker's JSON status endpoint."""
-        info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
+        info = self.info()
         with urllib.request.urlopen(_request(info["status_url"]), timeout=timeout) as response:
             return json.loads(response.read())
 
     def metrics(self, timeout: float = 5.0) -> str:
         """The worker's Prometheus endpoint (``/metrics``), as text."""
-        info = json.loads((self.state_dir / "workers" / f"{self.worker_id}.json").read_text())
+        info = self.info()
         url = info["status_url"].replace("/streamon/status", "/metrics")
         with urllib.request.urlopen(_request(url), timeout=timeout) as response:
             return response.read().decode()

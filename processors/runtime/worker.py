@@ -43,6 +43,7 @@ from processors.runtime.backpressure import (
 from processors.runtime.broker import free_port
 from processors.runtime.context import AgentContext, stop_worker
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
+from processors.runtime.cpu_priority import current_scheduling, request_realtime
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.exactly_once import ExactlyOnce
 from processors.runtime.faust_bulk import BulkApp
@@ -111,6 +112,8 @@ class WorkerOptions:
     #: a partition whose stored state cannot be restored starts empty (logged) instead of
     #: stopping the worker (``streamon worker --reset-state``)
     reset_state: bool = False
+    #: run the worker's threads under SCHED_RR when permitted (runtime/cpu_priority.py)
+    realtime: bool = False
     #: TLS/SASL settings of every client of the worker; None: the process's (kafka_security)
     kafka: KafkaSecurity | None = None
 
@@ -464,6 +467,7 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     from topics.admin import ensure_topics
 
     mode.loop.use("uvloop")
+    scheduling = request_realtime() if options.realtime else current_scheduling()
     if options.web_port == 0:
         options.web_port = free_port()
     plan = _resolved(plan, options)
@@ -476,7 +480,8 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     root = f"http://{host}:{options.web_port}" if options.web_port else None
     web = f"{root}/streamon/status" if root else None
     info.write_text(json.dumps({"worker_id": options.worker_id, "pid": os.getpid(),
-                                "status_url": web, "page_url": root and f"{root}/"}))  # fmt: skip
+                                "status_url": web, "page_url": root and f"{root}/",
+                                "scheduling": scheduling}))  # fmt: skip
     log.info("worker %s runs query %s; status: %s; plan page: %s/", options.worker_id,
              plan.name, web, root)  # fmt: skip
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
