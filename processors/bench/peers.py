@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.bench import peers_data as D
+from processors.bench.peers_quix import run_quix_join
 from processors.bench.peers_run import run_program
 from processors.bench.peers_venv import PINS, PROGRAMS, java_version, peer_python
 
@@ -65,10 +66,15 @@ def agreement(systems: dict[str, dict[str, Any]], oracle: tuple[int, int] | None
 
 
 def json_keys(workload: str, systems: dict[str, dict[str, Any]], agreed: dict[str, Any],
-              kafka_peers: bool = False) -> dict[str, Any]:  # fmt: skip
+              kafka_peers: bool = False, on_broker: tuple[str, ...] = ()
+              ) -> dict[str, Any]:  # fmt: skip
     """The flat figures of one workload: ``<workload>_<system>_<figure>`` (rate, rate per core,
     peak RSS, start-up), ``<workload>_<system>_error`` for a system that failed,
-    ``<workload>_agree`` and ``<workload>_streamon_vs_best_peer`` (None if no peer ran)."""
+    ``<workload>_agree`` and ``<workload>_streamon_vs_best_peer`` (None if no peer ran): over
+    every peer that ran, wherever it ran. A peer that ran on the broker in a workload that
+    streamon ran in process (``on_broker``: Quix on the joins) is flagged
+    ``<workload>_<system>_on_broker``,
+    and ``<workload>_streamon_vs_best_inprocess_peer`` leaves such peers out."""
     out: dict[str, Any] = {f"{workload}_agree": agreed["agree"]}
     for name, r in systems.items():
         if "error" in r:
@@ -82,6 +88,14 @@ def json_keys(workload: str, systems: dict[str, dict[str, Any]], agreed: dict[st
     best = max(peers) if peers else None
     ratio = mine["rate"] / best if best and "error" not in mine and "rate" in mine else None
     out[f"{workload}_streamon_vs_best_peer"] = ratio
+    if on_broker:
+        for name in on_broker:
+            out[f"{workload}_{name}_on_broker"] = True
+        local = [r["rate"] for n, r in systems.items()
+                 if n != "streamon" and n not in on_broker and "error" not in r]  # fmt: skip
+        out[f"{workload}_streamon_vs_best_inprocess_peer"] = (
+            mine["rate"] / max(local) if local and ratio is not None else None
+        )
     if kafka_peers:
         out[f"{workload}_streamon_vs_best_kafka_peer"] = ratio
     return out
@@ -163,8 +177,11 @@ class InProcess:
             "streamon": attempt("streamon", lambda: self._streamon(
                 {"workload": workload, "n": n, "range_ms": rng, "seed": seed})),
             "flink": attempt("flink", lambda: self._flink(workload, flink)),
+            "quix": attempt("quix", lambda: run_quix_join(
+                workload, tables, rng, records, self.peer_py, self.work, self.timeout)),
         }  # fmt: skip
-        return {"systems": systems, "oracle": None, "records": records, "range_ms": rng}
+        return {"systems": systems, "oracle": None, "records": records, "range_ms": rng,
+                "on_broker": ["quix"]}  # fmt: skip
 
 
 def _report(workload: str, res: dict[str, Any]) -> None:
@@ -212,7 +229,8 @@ def run_peers_bench(
             _report(workload, res)
             _say(f"  {workload}: results agree: {agreed['agree']} {agreed['answers']}")
             results.update(json_keys(workload, res["systems"], agreed,
-                                     kafka_peers=workload == "e2e_filters"))  # fmt: skip
+                                     kafka_peers=workload == "e2e_filters",
+                                     on_broker=tuple(res.get("on_broker", ()))))  # fmt: skip
             results["workloads"][workload] = res
     from processors.bench.machine import machine_info
 
