@@ -1,7 +1,8 @@
 """The Quix Streams join program of ``streamon bench peers`` (peer_programs/quix_joins.py): its
 merge, result filter and checksum terms give the RANGE join's result set and checksum, when
 records are seen in timestamp order and each looks up the other side's stored records of its key
-in [t - bound, t] (Quix's interval-join rule, modelled here in plain Python). Needs no peer."""
+in [t - bound, t] (Quix's interval-join rule, modelled here in plain Python). Also the streamon
+worker's side of those workloads (its CQL and the answer of its result rows). Needs no peer."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from processors.bench import peers_data as D
 from processors.bench.peers import agreement, json_keys
+from processors.bench.peers_kafka_joins import as_packets, join_query, result_answer
 from processors.bench.peers_quix import quix_spec
 from processors.bench.peers_venv import PROGRAMS
 
@@ -130,12 +132,35 @@ def test_json_keys_flag_a_peer_on_the_broker() -> None:
         return {"count": 1, "checksum": 1, "rate": rate, "rate_per_core": rate,
                 "peak_rss_mb": 1.0, "startup_s": 1.0}  # fmt: skip
 
-    systems = {"streamon": ran(600.0), "flink": ran(100.0), "quix": ran(200.0)}
+    systems = {"streamon": ran(600.0), "flink": ran(100.0), "quix": ran(200.0),
+               "streamon_broker": ran(1000.0)}  # fmt: skip
     keys = json_keys("join3", systems, agreement(systems), on_broker=("quix",))
     assert keys["join3_quix_rate"] == 200.0
     assert keys["join3_quix_on_broker"] is True
+    assert keys["join3_streamon_broker_rate"] == 1000.0  # streamon's, never a peer
     assert keys["join3_streamon_vs_best_peer"] == 3.0  # the best peer, wherever it ran
     assert keys["join3_streamon_vs_best_inprocess_peer"] == 6.0
+    assert keys["join3_streamon_vs_best_kafka_peer"] == 5.0  # worker against Quix
     systems["quix"] = {"error": "x"}
     keys = json_keys("join3", systems, agreement(systems), on_broker=("quix",))
     assert keys["join3_streamon_vs_best_peer"] == keys["join3_streamon_vs_best_inprocess_peer"]
+    assert keys["join3_streamon_vs_best_kafka_peer"] is None
+
+
+def test_worker_query_and_answer() -> None:
+    text = join_query("join3", "p", "p.out", 3000)
+    assert text.count("CREATE STREAM") == 3
+    assert "r0 [RANGE 3000 MS], r1 [RANGE 3000 MS], r2 [RANGE 3000 MS]" in text
+    assert "r0.size AS id0, r1.size AS id1, r2.size AS id2" in text
+    assert "r0.pid = r1.pid AND r0.pid = r2.pid" in text
+    assert join_query("netmon", "p", "p.out", 600_000).count("CREATE STREAM") == 4
+    rows = [{"id0": 1, "id1": 2, "id2": 3}, {"id0": 4, "id1": 5, "id2": 6}]
+    ids = [np.array([1, 4]), np.array([2, 5]), np.array([3, 6])]
+    assert result_answer("join3", rows) == (2, D.join_checksum(ids) % D.MOD, 0)
+    rows = [{"pid": -7, "size": 100}, {"pid": 9, "size": 50}]
+    want = D.netmon_checksum(np.array([-7, 9]), np.array([100, 50])) % D.MOD
+    assert result_answer("netmon", rows) == (2, want, 150)
+    batch = as_packets("join3", {"id": np.array([0, 1]), "k": np.array([7, 8]),
+                                 "ts": np.array([10, 13])})  # fmt: skip
+    assert batch.columns["pid"].tolist() == [7, 8] and batch.columns["size"].tolist() == [0, 1]
+    assert batch.key is not None and len(batch.key) == 2
