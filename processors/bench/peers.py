@@ -13,8 +13,10 @@ In process, Flink cannot read Kafka here (its connector jars cannot be installed
 same tuples from CSV files through its filesystem source into a count-and-checksum aggregate,
 and streamon runs its stage over the same tuples as columnar batches. Every system runs as a
 subprocess (processors.bench.peers_run) so that rate per core, peak memory and start-up are
-measured alike. Results must agree (count and order-independent checksum); a system that
-fails is reported with its error, never dropped.
+measured alike. Quix Streams only reads Kafka: on the joins it runs on a private embedded
+broker (processors.bench.peers_quix), and so does a streamon worker (``streamon_broker``,
+processors.bench.peers_kafka_joins) for the like-for-like ratio. Results must agree (count and
+order-independent checksum); a system that fails is reported with its error, never dropped.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from processors.bench import peers_data as D
+from processors.bench.peers_kafka_joins import run_streamon_join
+from processors.bench.peers_quix import run_quix_join
 from processors.bench.peers_run import run_program
 from processors.bench.peers_venv import PINS, PROGRAMS, java_version, peer_python
 
@@ -65,10 +69,17 @@ def agreement(systems: dict[str, dict[str, Any]], oracle: tuple[int, int] | None
 
 
 def json_keys(workload: str, systems: dict[str, dict[str, Any]], agreed: dict[str, Any],
-              kafka_peers: bool = False) -> dict[str, Any]:  # fmt: skip
+              kafka_peers: bool = False, on_broker: tuple[str, ...] = ()
+              ) -> dict[str, Any]:  # fmt: skip
     """The flat figures of one workload: ``<workload>_<system>_<figure>`` (rate, rate per core,
     peak RSS, start-up), ``<workload>_<system>_error`` for a system that failed,
-    ``<workload>_agree`` and ``<workload>_streamon_vs_best_peer`` (None if no peer ran)."""
+    ``<workload>_agree`` and ``<workload>_streamon_vs_best_peer`` (None if no peer ran): over
+    every peer that ran, wherever it ran. A peer that ran on the broker in a workload that
+    streamon ran in process (``on_broker``: Quix on the joins) is flagged
+    ``<workload>_<system>_on_broker``,
+    ``<workload>_streamon_vs_best_inprocess_peer`` leaves such peers out, and
+    ``<workload>_streamon_vs_best_kafka_peer`` compares a streamon worker on the broker
+    (``streamon_broker``) with them."""
     out: dict[str, Any] = {f"{workload}_agree": agreed["agree"]}
     for name, r in systems.items():
         if "error" in r:
@@ -77,11 +88,28 @@ def json_keys(workload: str, systems: dict[str, dict[str, Any]], agreed: dict[st
             continue
         for fig in FIGURES:
             out[f"{workload}_{name}_{fig}"] = r.get(fig)
-    peers = [r["rate"] for name, r in systems.items() if name != "streamon" and "error" not in r]
+    peers = [r["rate"] for name, r in systems.items()
+             if not name.startswith("streamon") and "error" not in r]  # fmt: skip
     mine = systems.get("streamon", {})
     best = max(peers) if peers else None
     ratio = mine["rate"] / best if best and "error" not in mine and "rate" in mine else None
     out[f"{workload}_streamon_vs_best_peer"] = ratio
+    if on_broker:
+        for name in on_broker:
+            out[f"{workload}_{name}_on_broker"] = True
+        local = [
+            r["rate"]
+            for n, r in systems.items()
+            if not n.startswith("streamon") and n not in on_broker and "error" not in r
+        ]
+        out[f"{workload}_streamon_vs_best_inprocess_peer"] = (
+            mine["rate"] / max(local) if local and ratio is not None else None
+        )
+        kafka = [systems[n]["rate"] for n in on_broker if "error" not in systems.get(n, {})]
+        worker = systems.get("streamon_broker", {"error": "not run"})
+        out[f"{workload}_streamon_vs_best_kafka_peer"] = (
+            worker["rate"] / max(kafka) if kafka and "error" not in worker else None
+        )
     if kafka_peers:
         out[f"{workload}_streamon_vs_best_kafka_peer"] = ratio
     return out
@@ -157,14 +185,19 @@ class InProcess:
             tables.append({"name": name, "path": str(path), "rowtime": True,
                            "columns": [[c, "BIGINT"] for c in cols]})  # fmt: skip
         records = sum(len(c["ts"]) for c in inputs)
-        del inputs
         flink = {"records": records, "mode": "streaming", "tables": tables, "query": sql}
         systems = {
             "streamon": attempt("streamon", lambda: self._streamon(
                 {"workload": workload, "n": n, "range_ms": rng, "seed": seed})),
             "flink": attempt("flink", lambda: self._flink(workload, flink)),
+            "quix": attempt("quix", lambda: run_quix_join(
+                workload, tables, rng, records, self.peer_py, self.work, self.timeout)),
         }  # fmt: skip
-        return {"systems": systems, "oracle": None, "records": records, "range_ms": rng}
+        counts = [r["count"] for r in systems.values() if "error" not in r]
+        systems["streamon_broker"] = attempt("streamon_broker", lambda: run_streamon_join(
+            workload, inputs, rng, counts[0] if counts else -1, self.timeout))  # fmt: skip
+        return {"systems": systems, "oracle": None, "records": records, "range_ms": rng,
+                "on_broker": ["quix"]}  # fmt: skip
 
 
 def _report(workload: str, res: dict[str, Any]) -> None:
@@ -212,7 +245,8 @@ def run_peers_bench(
             _report(workload, res)
             _say(f"  {workload}: results agree: {agreed['agree']} {agreed['answers']}")
             results.update(json_keys(workload, res["systems"], agreed,
-                                     kafka_peers=workload == "e2e_filters"))  # fmt: skip
+                                     kafka_peers=workload == "e2e_filters",
+                                     on_broker=tuple(res.get("on_broker", ()))))  # fmt: skip
             results["workloads"][workload] = res
     from processors.bench.machine import machine_info
 

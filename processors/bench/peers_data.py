@@ -201,7 +201,14 @@ def netmon_checksum(pid: np.ndarray, size: np.ndarray) -> int:
 
 
 def flink_join3_sql(range_ms: int) -> str:
-    """3-way equi-join on k, every pair of tuples less than ``range_ms`` apart (event time)."""
+    """3-way equi-join on k, every pair of tuples less than ``range_ms`` apart (event time).
+
+    Every input is bounded against the first one on its event-time attribute ``rt``, so that
+    Flink's planner makes each join an interval join (bounded state); the pairs that do not
+    involve the first input are compared on the plain ``ts`` columns, a filter after the joins.
+    Written with every pair on ``rt`` instead, the planner made only the first join an interval
+    join and the others regular joins with unbounded state (same results, slower: 40k against
+    53k records/s on 3 x 100,000 tuples)."""
     return _flink_join_sql(
         ["s0", "s1", "s2"], "k", range_ms,
         f"COUNT(*) AS n, SUM({flink_mod('s0.id * 1000003 + s1.id * 1009 + s2.id')}) AS chk",
@@ -228,8 +235,11 @@ def _flink_join_sql(names: list[str], key: str, range_ms: int, select: str) -> s
         seconds = f"INTERVAL '{range_ms // 60_000}' MINUTE"
     else:
         seconds = f"INTERVAL '{range_ms / 1000:.3f}' SECOND"
-    conds = [f"{names[0]}.{key} = {n}.{key}" for n in names[1:]]
-    for i, a in enumerate(names):
+    first = names[0]
+    conds = [f"{first}.{key} = {n}.{key}" for n in names[1:]]
+    for b in names[1:]:  # on the time attributes: each a bounded interval join with the first
+        conds.append(f"{b}.rt > {first}.rt - {seconds} AND {b}.rt < {first}.rt + {seconds}")
+    for i, a in enumerate(names[1:], start=1):  # the other pairs: a filter on the BIGINT ts
         for b in names[i + 1 :]:
-            conds.append(f"{b}.rt > {a}.rt - {seconds} AND {b}.rt < {a}.rt + {seconds}")
+            conds.append(f"{b}.ts - {a}.ts < {range_ms} AND {a}.ts - {b}.ts < {range_ms}")
     return f"SELECT {select} FROM {', '.join(names)} WHERE {' AND '.join(conds)}"

@@ -90,5 +90,8 @@ def test_checksums_ignore_order() -> None:
 
 def test_join_sql_has_every_pair() -> None:
     sql = D.flink_join3_sql(3_000)
-    assert sql.count("INTERVAL '3.000' SECOND") == 6  # 3 pairs, two bounds each
-    assert "INTERVAL '10' MINUTE" in D.flink_netmon_sql(600_000)
+    assert sql.count("INTERVAL '3.000' SECOND") == 4  # s1 and s2 against s0 on rt, two bounds
+    assert "s2.ts - s1.ts < 3000 AND s1.ts - s2.ts < 3000" in sql  # the third pair: a filter
+    netmon = D.flink_netmon_sql(600_000)
+    assert netmon.count("INTERVAL '10' MINUTE") == 6  # r1..r3 against r0
+    assert netmon.count(".ts < 600000") == 6  # the other 3 pairs, both ways
