@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -143,7 +144,9 @@ def test_a_join_is_exact_whatever_partitioner_each_producer_used(
     bootstrap: str, tmp_path: Path, topic_name: str, istream: bool
 ) -> None:
     """Every change of the joined relation (the ordered MJoin), or only its inserts (ISTREAM:
-    the eager join, processors/stages/eager_mjoin.py, fed out of event-time order)."""
+    the eager join, processors/stages/eager_mjoin.py, fed out of event-time order). The eager
+    join's worker runs with ``--realtime`` (real-time scheduling where permitted: the same
+    results, whichever it got)."""
     a, b, result = f"{topic_name}.a", f"{topic_name}.b", f"{topic_name}.out"
     ensure_topics(bootstrap, [TopicSpec(a, 3), TopicSpec(b, 2)])
     produce(bootstrap, a, packets(1, 2_000, 150), "murmur2_random", keyed=True)  # Java's
@@ -164,10 +167,18 @@ def test_a_join_is_exact_whatever_partitioner_each_producer_used(
                        result=result, emit='.emit("istream")' if istream else "")  # fmt: skip
     query.write_text(text)
     worker = WorkerProcess(query, bootstrap=bootstrap, state_dir=tmp_path / "state",
-                           worker_id="route-1")  # fmt: skip
+                           worker_id="route-1",
+                           extra_args=["--realtime"] if istream else None)  # fmt: skip
     try:
         wait_for_count(bootstrap, result, sum(want.values()), 120.0, [worker])
         wait_quiet(bootstrap, result, [worker], settle=4.0)
+        scheduling = worker.scheduling() or ""
+        if not istream:
+            assert scheduling == "normal"
+        elif hasattr(os, "sched_setscheduler") and os.geteuid() == 0:
+            assert scheduling == "SCHED_RR 5"
+        else:
+            assert scheduling.startswith("normal ("), scheduling
         routes = worker.status()["partitioning"]["routes"]
         assert routes["a"] == {"by": ["pid"], "input_partitions": 3, "partitions": 3}
         assert routes["b"] == {"by": ["pid"], "input_partitions": 2, "partitions": 3}
