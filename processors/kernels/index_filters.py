@@ -281,7 +281,7 @@ def run_index_filters_adaptive(filters, main, prof, window, adapt):  # type: ign
     m = _run(filters, main, prof)
     order, counts, ticks = main[0], main[3], main[7]
     ref, params, rate, out = adapt
-    drifted = drift_check(counts, order.shape[0], ref, params)
+    drifted = drift_check(counts, order, ref, params)
     out[0] = drifted
     if drifted >= 0:
         clear_window(window[2], window[7], window[5], window[6])
@@ -289,7 +289,5 @@ def run_index_filters_adaptive(filters, main, prof, window, adapt):  # type: ign
     dropped_at, bits, codes, mode, j = prof[4], prof[5], prof[6], prof[7], prof[8]
     r = absorb_samples(dropped_at, ticks[1], bits, codes, order, mode, j, window)
     ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = r
-    if r[2] > 0:  # the order changed: the reference rates were for the old prefixes
-        ref[:, :] = 0.0
     next_rate(rate, drifted >= 0 or r[2] > 0, r[3])
     return m

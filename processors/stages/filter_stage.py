@@ -114,7 +114,8 @@ class FilterStage(StageBase):
         # by the one-call profiling of index filters instead of looking the drops up
         self.profile_repeats = np.zeros(self.n, dtype=np.int64)
         self._hits = np.zeros(1, dtype=np.int64)
-        self._rate_done = True  # whether this batch's kernel call chose the next p already
+        # whether this batch's kernel call chose the next p; whether it re-measured the a_i
+        self._rate_done, self._recheck = True, False
         # all filters index probes: profile a batch in one kernel call (see _profile_indexes)
         self._index_filters = self.n > 0 and all(type(p) is InIndex for p in self.predicates)
         # cycles of profiling in the main-pass kernel call, the batch's number of samples, and
@@ -144,8 +145,7 @@ class FilterStage(StageBase):
         config: OrderingConfig | None = None,
         name: str = "filter",
     ) -> FilterStage:
-        """The stage for a stream's filters; the ordering settings come from the query unless
-        given."""
+        """The stage for a stream's filters (ordering settings: the query's unless given)."""
         if config is None:
             config = getattr(plan, "ordering", None)
         return cls(plan_predicates(plan, stream), config, name)
@@ -203,6 +203,8 @@ class FilterStage(StageBase):
         changed = False
         if self._profiled:
             changed = self._absorb(self._profiled)
+        if self._recheck:
+            changed = self._recheck_costs() or changed
         if not self._rate_done:  # A-Greedy+ (per-position path): the next batch's p
             t3 = time.perf_counter_ns()
             self.reoptimizer.advance_rate(changed)
@@ -249,6 +251,7 @@ class FilterStage(StageBase):
         counts[0] = size
         clock = time.perf_counter_ns
         measure = self.costs.measured and self.batches % COST_SAMPLE_EVERY == 1
+        self._recheck = measure and reopt.adaptive is not None
         order = reopt.order
         profiling = reopt.profiles and self.config.p > 0
         self._rate_done = reopt.adaptive is None
@@ -400,8 +403,7 @@ class FilterStage(StageBase):
         return sels, counts
 
     def _absorb(self, m: int) -> bool:
-        """Hand this batch's profile tuples to the re-optimizer, which may reorder; returns
-        whether it did."""
+        """Hand this batch's profile tuples to the re-optimizer; returns whether it reordered."""
         reopt = self.reoptimizer
         self.profile_tuples += m
         t0 = time.perf_counter_ns()
@@ -413,6 +415,19 @@ class FilterStage(StageBase):
             self.ns[key] += reopt.ns[key] - before[key]
         for change in changes:
             self._report(change)
+        return bool(changes)
+
+    def _recheck_costs(self) -> bool:
+        """A-Greedy+ after a batch that re-measured the a_i (eq. 4 weighs the view by them):
+        detect again, though at p's floor the view rarely changed. Returns whether it reordered."""
+        reopt = self.reoptimizer
+        t0 = time.perf_counter_ns()
+        changes = reopt.reoptimize(self.costs.values())
+        for change in changes:
+            self._report(change)
+        if changes and self._rate_done and reopt.adaptive is not None:  # p back to its maximum
+            reopt.adaptive.advance(True, len(reopt.window))
+        self.ns["violations"] += time.perf_counter_ns() - t0
         return bool(changes)
 
     def _report(self, change: OrderChange) -> None:

@@ -11,10 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.bench.filters import workload_predicates
+from processors.core.batch import Batch
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.static import optimal_order, order_cost
+from processors.core.predicates import Compare
 from processors.kernels.drift import (
     P_NEXT,
+    REF_IN,
+    REF_ORDER,
+    REF_OUT,
     drift_check,
     new_checkpoint,
     new_reference,
@@ -22,7 +27,9 @@ from processors.kernels.drift import (
     resort_due,
 )
 from processors.kernels.profile_view import FULL, find_violation, view_from_patterns
+from processors.kernels.routing import kafka_partitions
 from processors.stages.filter_stage import FilterStage
+from processors.workloads.examples import reading_columns
 from processors.workloads.filters import FilterWorkload, FilterWorkloadRun
 
 NO_PARENT = np.full(8, -1, dtype=np.int64)
@@ -122,7 +129,8 @@ def test_drift_check_is_quiet_on_stationary_batches_and_sees_a_change() -> None:
     rng = np.random.default_rng(3)
     rates = np.array([0.5, 0.3, 0.7, 0.5])
     ref = new_reference(4)
-    params = np.array([5.0, 0.05, 200.0, 1e6])
+    order = np.arange(4, dtype=np.int64)
+    params = np.array([5.0, 0.05, 200.0, 1e6, 30.0])
 
     def batch(r: np.ndarray, size: int) -> np.ndarray:
         counts = np.zeros(5, dtype=np.int64)
@@ -131,12 +139,40 @@ def test_drift_check_is_quiet_on_stationary_batches_and_sees_a_change() -> None:
             counts[k + 1] = rng.binomial(counts[k], r[k])
         return counts
 
-    assert all(drift_check(batch(rates, 65_536), 4, ref, params) == -1 for _ in range(300))
-    assert all(drift_check(batch(rates, 2_000), 4, ref, params) == -1 for _ in range(300))
+    assert all(drift_check(batch(rates, 65_536), order, ref, params) == -1 for _ in range(300))
+    assert all(drift_check(batch(rates, 2_000), order, ref, params) == -1 for _ in range(300))
+    assert all(drift_check(batch(rates, 60), order, ref, params) == -1 for _ in range(2000))
     moved = rates.copy()
     moved[2] = 0.6  # position 2 passes 60% instead of 70%
-    assert drift_check(batch(moved, 65_536), 4, ref, params) == 2
-    assert ref.sum() == 0  # the reference restarts from the new statistics
+    assert drift_check(batch(moved, 65_536), order, ref, params) == 2
+    assert ref[:REF_ORDER].sum() == 0  # the reference restarts from the new statistics
+
+
+def test_small_batches_add_up_and_a_young_reference_still_tests() -> None:
+    """Batches too small to test alone are pooled until they are not; a reference of a few
+    dozen tuples (all a small partition may have had since an order change) is tested against
+    rather than absorbing the change; an order change keeps the references of the positions
+    whose filter and earlier filters stayed (here position 0), and restarts the others."""
+    params = np.array([5.0, 0.05, 200.0, 1e6, 30.0])
+    order = np.array([2, 1, 0], dtype=np.int64)
+    ref = new_reference(3)
+    old, new = np.array([50, 5, 4, 4]), np.array([50, 49, 3, 3])  # position 0: 10% -> 98%
+    for _ in range(41):  # 2,050 tuples of the old rates, 50 a batch (none left pending)
+        assert drift_check(old, order, ref, params) == -1
+    assert drift_check(new, order, ref, params) == -1  # 50 tuples: pending, not tested yet
+    assert drift_check(new, order, ref, params) == -1
+    assert drift_check(new, order, ref, params) == -1
+    assert drift_check(new, order, ref, params) == 0  # 200 pending tuples: drift
+    # an order change just before the selectivities change: 40 tuples of reference suffice
+    ref = new_reference(3)
+    for _ in range(10):
+        drift_check(np.array([400, 40, 38, 36]), order, ref, params)
+    swapped = np.array([2, 0, 1], dtype=np.int64)  # positions 1 and 2 swap: 0 keeps its ref
+    assert drift_check(np.array([40, 4, 4, 4]), swapped, ref, params) == -1
+    assert ref[REF_IN].tolist() == [4000.0, 4.0, 4.0] and ref[REF_ORDER].tolist() == [2, 0, 1]
+    ref[REF_IN, 0] = ref[REF_OUT, 0] = 0.0  # as after a move of position 0's filter
+    assert drift_check(np.array([40, 4, 4, 4]), swapped, ref, params) == -1
+    assert drift_check(np.array([2_000, 1_960, 1_900, 1_850]), swapped, ref, params) == 0
 
 
 def test_the_rate_drops_to_its_floor_once_the_window_holds_enough_and_jumps_back() -> None:
@@ -247,3 +283,48 @@ def test_index_filters_adapt_as_the_per_position_path_does(
     assert fused.changes_total == plain.changes_total > 0
     assert fused.reoptimizer.adaptive.drifts == plain.reoptimizer.adaptive.drifts > 0  # type: ignore[union-attr]
     assert "filter order changed" in caplog.text  # every change is still reported
+
+
+def _partitions_of_two_phases(partitions: int = 4) -> list[tuple[Batch, Batch]]:
+    """The filter integration test's stream (tests/integration/test_filter_query.py): 30,000
+    readings per phase, split over ``partitions`` by Kafka's partitioner on the sensor keys.
+    Phase 1: temperature < 25 passes 10%, humidity > 10 95%; phase 2: 98% and 10%."""
+    phases = []
+    for phase in (1, 2):
+        batch = reading_columns(30_000, seed=phase, start_ms=1_700_000_000_000 + phase * 300_000)
+        rng = np.random.default_rng(100 + phase)
+        a = rng.random(30_000) < (0.10 if phase == 1 else 0.98)
+        b = rng.random(30_000) < (0.95 if phase == 1 else 0.10)
+        batch.columns["temperature"] = np.where(a, 20.0, 30.0)
+        batch.columns["humidity"] = np.where(b, 50.0, 5.0).astype(np.float32)
+        assert batch.key is not None
+        phases.append((batch, kafka_partitions(batch.key, partitions)))
+    return [
+        (phases[0][0].take(np.flatnonzero(phases[0][1] == p)),
+         phases[1][0].take(np.flatnonzero(phases[1][1] == p)))
+        for p in range(partitions)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("batch_size", [50, 100, 573, 2_000, 4_096])
+def test_every_partition_reorders_after_the_change(batch_size: int) -> None:
+    """Each partition of the integration test's stream (about 7,000 tuples a phase) puts the
+    filter that drops most first after each phase, however small its batches, on fixed
+    costs. (Before the drift test pooled small batches and tested young references, a
+    partition whose order had changed shortly before the change took the new rates as its
+    reference and kept the old order: partition 3 at 100 tuples a batch, as once in CI.)"""
+    names = ("temperature < 25.0", "humidity > 10.0")
+    for p, phases in enumerate(_partitions_of_two_phases()):
+        for seed in range(3):
+            config = OrderingConfig(
+                "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
+                costs=(1.0, 1.0, 1.0), seed=seed,
+            )  # fmt: skip
+            stage = FilterStage(
+                [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
+                 Compare("temperature", "<", 25.0)], config,
+            )  # fmt: skip
+            for phase, name in zip(phases, names, strict=True):
+                for start in range(0, len(phase), batch_size):
+                    stage.process(phase.slice(start, min(len(phase), start + batch_size)))
+                assert stage.order_names[0] == name, (p, seed, stage.stats()["recent_changes"])

@@ -137,7 +137,9 @@ class Reoptimizer:
         its profile tuples are absorbed: A-Greedy+ tests them for drift (per-position path)."""
         if self.adaptive is not None:
             window = self.window
-            found = self.adaptive.observe(counts, window.state, self.patterns, self.hist, self.view)
+            found = self.adaptive.observe(
+                counts, self.order, window.state, self.patterns, self.hist, self.view
+            )
             if found >= 0:
                 resort_restart(self.checkpoint)
             self._drifted = found >= 0
