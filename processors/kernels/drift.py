@@ -95,6 +95,20 @@ def drift_check(counts, order, ref, params):  # type: ignore[no-untyped-def]
     return found
 
 
+COST_MOVE = 0.05  # an a_i that moved by more than this share calls for a check (costs_moved)
+
+
+@njit(cache=True)
+def costs_moved(costs, checked):  # type: ignore[no-untyped-def]
+    """Whether some a_i (``costs``) moved by more than ``COST_MOVE`` of its value at the last
+    check (``checked``): eq. 4 weighs the view by the a_i, so A-Greedy+ then checks again even
+    though no profile tuple came (at p's floor, most batches)."""
+    for f in range(costs.shape[0]):  # noqa: SIM110 (a loop numba compiles)
+        if abs(costs[f] - checked[f]) > COST_MOVE * checked[f]:
+            return True
+    return False
+
+
 @njit(cache=True)
 def clear_window(state, patterns, hist, view):  # type: ignore[no-untyped-def]
     """Empty the profile window and its view (its tuples describe statistics that no longer

@@ -23,17 +23,17 @@ import numpy as np
 
 from processors.core.batch import Batch
 from processors.core.ordering.config import OrderingConfig
-from processors.core.ordering.profile import CostEstimates
+from processors.core.ordering.profile import CostEstimates, extra_slice
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import InIndex, Predicate, plan_predicates
+from processors.kernels.drift import costs_moved
 from processors.kernels.index_filters import (
     run_index_filters,
     run_index_filters_absorbing,
     run_index_filters_adaptive,
 )
 from processors.kernels.intrinsics import ns_per_cycle
-from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
 from processors.kernels.profiling import finish_profiles, mark_dropped, profile_step, sample_rows
 from processors.stages.base import StageBase
 from processors.stages.plan_changes import PlanChanges
@@ -49,20 +49,6 @@ BREAKDOWN = (
 )
 PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
 COST_SAMPLE_EVERY = 4  # time the filters on every 4th batch: a_i drifts slowly, clocks cost
-
-
-def extra_slice(mode: int, k: int, j: int, prev_start: int, n_dead: int) -> tuple[int, int]:
-    """Which samples dropped before position ``k`` evaluate it too, as a slice of the dead
-    list (samples in the order they were dropped; ``prev_start`` is where position k-1's
-    began): all of them for A-Greedy and Independent, those dropped at k-1 for LocalSwaps,
-    all of them at the profiled position only for Sweep."""
-    if k == 0:
-        return 0, 0
-    if mode == TWO_DIAGONALS:
-        return prev_start, n_dead
-    if mode == DIAGONAL_AND_COLUMN and k != j:
-        return 0, 0
-    return 0, n_dead
 
 
 def _wall_ms() -> int:
@@ -251,14 +237,15 @@ class FilterStage(StageBase):
         counts[0] = size
         clock = time.perf_counter_ns
         measure = self.costs.measured and self.batches % COST_SAMPLE_EVERY == 1
-        self._recheck = measure and reopt.adaptive is not None
         order = reopt.order
         profiling = reopt.profiles and self.config.p > 0
         self._rate_done = reopt.adaptive is None
+        self._recheck = False  # (the index filters' kernel checks again when the a_i moved)
         if self._index_filters:
             cols = self._index_columns(batch)
             if cols is not None:
                 return self._run_index_filters(cols, size, measure, profiling)
+        self._recheck = measure and reopt.adaptive is not None
         p = reopt.profile_probability  # A-Greedy+ at its floor: 0 on most batches
         n_samples = n_alive = n_dead = before_prev = 0
         if profiling and p > 0:
@@ -418,11 +405,12 @@ class FilterStage(StageBase):
         return bool(changes)
 
     def _recheck_costs(self) -> bool:
-        """A-Greedy+ after a batch that re-measured the a_i (eq. 4 weighs the view by them):
-        detect again, though at p's floor the view rarely changed. Returns whether it reordered."""
+        """A-Greedy+ after a batch that re-measured the a_i: if one moved by 5% since the last
+        check, detect again (at p's floor the view rarely changed). Returns whether it reordered."""
         reopt = self.reoptimizer
         t0 = time.perf_counter_ns()
-        changes = reopt.reoptimize(self.costs.values())
+        costs = self.costs.values()
+        changes = reopt.reoptimize(costs) if costs_moved(costs, reopt.checked_costs) else []
         for change in changes:
             self._report(change)
         if changes and self._rate_done and reopt.adaptive is not None:  # p back to its maximum

@@ -328,3 +328,34 @@ def test_every_partition_reorders_after_the_change(batch_size: int) -> None:
                 for start in range(0, len(phase), batch_size):
                     stage.process(phase.slice(start, min(len(phase), start + batch_size)))
                 assert stage.order_names[0] == name, (p, seed, stage.stats()["recent_changes"])
+
+
+@pytest.mark.parametrize("index_path", [True, False])
+def test_a_cost_change_is_acted_on_at_the_floor(index_path: bool) -> None:
+    """At p's floor 7 batches in 8 bring no profile tuple, and the kernel skips the checks of a
+    window that did not change; when an a_i moves by more than 5%, A-Greedy+ checks the view
+    it has again (a small partition may end before its next profiled batch)."""
+    workload = FilterWorkload(n=2, gamma=1, selectivity=(0.1, 0.9), window_rate=0.0, seed=4)
+    run = FilterWorkloadRun(workload)
+    config = OrderingConfig("agreedy", costs=(1.0, 1.0) if index_path else None, seed=2)
+    stage = FilterStage(workload_predicates(run), config)
+    stage._index_filters = index_path
+    for _ in range(40):
+        stage.process(run.next_batch(20_000)[0])
+    assert stage.order == [0, 1] and stage.mean_profile_probability < config.p  # at the floor
+    while True:  # up to a profiled batch: the next 7 are not profiled
+        profiled = stage.profile_tuples
+        stage.process(run.next_batch(20_000)[0])
+        if stage.profile_tuples > profiled:
+            break
+    if index_path:  # the fixed a_i change in place (the kernel holds the array)
+        stage.costs.values()[0] = 100.0
+    else:  # 64 timed calls at 10 us a tuple: filter 0's median a_i
+        stage.costs.record_many([0] * 64, [1e9] * 64, [100_000] * 64)
+    profiled, changes = stage.profile_tuples, stage.changes_total
+    for _ in range(4):  # the per-position path re-measures the a_i every 4th batch
+        stage.process(run.next_batch(20_000)[0])
+        if stage.changes_total > changes:
+            break
+    assert stage.order == [1, 0] and stage.changes_total == changes + 1
+    assert stage.profile_tuples == profiled  # no profile tuple came before the change

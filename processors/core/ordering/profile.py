@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from processors.kernels.costs import record_costs
+from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
 
 
 class ProfileWindow:
@@ -154,3 +155,17 @@ class CostEstimates:
         if self.fixed is not None:
             return self.fixed
         return self._values
+
+
+def extra_slice(mode: int, k: int, j: int, prev_start: int, n_dead: int) -> tuple[int, int]:
+    """Which samples dropped before position ``k`` evaluate it too, as a slice of the dead
+    list (samples in the order they were dropped; ``prev_start`` is where position k-1's
+    began): all of them for A-Greedy and Independent, those dropped at k-1 for LocalSwaps,
+    all of them at the profiled position only for Sweep."""
+    if k == 0:
+        return 0, 0
+    if mode == TWO_DIAGONALS:
+        return prev_start, n_dead
+    if mode == DIAGONAL_AND_COLUMN and k != j:
+        return 0, 0
+    return 0, n_dead
