@@ -14,16 +14,15 @@ however much the window later learns; so Fig. 5 also runs from position 0 whenev
 window has doubled since the emptying, up to its capacity (``checkpoint``: int64 [next
 size, fired, first size]; see :func:`resort_due`).
 
-``ref`` is float64 (5, n): per position, tuples in and out summed since the position's last
-reset (the reference rates, rows 0-1), tuples in and out not yet tested (pending, rows 2-3:
-small batches add up until a test has ``min_tuples``), and the filter order the rows were
-counted under (row 4). A position keeps its reference across an order change that leaves its
-filter and the set of filters before it alone (its conditional pass rate is the same); the
-others restart. ``params`` is float64: [z, min_effect, min_tuples, ref_cap, min_ref].
-``rate`` is float64: [p now, p floor, p max, (unused), window size from which p is at the
-floor, K, batches at the floor, p of the next batch]: at the floor, only every K-th batch is
-profiled, at K times the floor (as many samples, and the per-batch costs of absorbing them,
-the view's rebuild above all, once in K batches).
+``ref`` is float64 (5, n): per position, tuples in and out summed since the last reset (the
+reference rates, rows 0-1), tuples in and out not yet tested (pending, rows 2-3: small
+batches add up until a test has ``min_tuples``), and the filter order the rows were counted
+under (row 4): after an order change every position restarts. ``params`` is float64: [z,
+min_effect, min_tuples, ref_cap, min_ref]. ``rate`` is float64: [p now, p floor, p max,
+(unused), window size from which p is at the floor, K, batches at the floor, p of the next
+batch]: at the floor, only every K-th batch is profiled, at K times the floor (as many
+samples, and the per-batch costs of absorbing them, the view's rebuild above all, once in K
+batches).
 """
 
 from __future__ import annotations
@@ -38,20 +37,20 @@ REF_IN, REF_OUT, PEND_IN, PEND_OUT, REF_ORDER = range(5)
 
 @njit(cache=True)
 def align_reference(order, ref):  # type: ignore[no-untyped-def]
-    """Restart the rows of positions whose filter or set of earlier filters differs from the
-    order the reference was counted under (``ref[REF_ORDER]``), then record ``order``."""
-    before = 0
-    now = 0
-    for k in range(order.shape[0]):
-        old = int(ref[REF_ORDER, k])
-        same = before == now and old == order[k]
-        if old >= 0:  # (-1: never counted)
-            before |= 1 << old
-        now |= 1 << order[k]
-        if not same:
+    """When ``order`` is not the order the reference was counted under (``ref[REF_ORDER]``),
+    restart every position (its conditional pass rate may be of another prefix) and record
+    ``order``. (Keeping the rows of positions whose filter and earlier filters stayed was
+    tried: more drifts at deep positions, each emptying the window, cost Fig. 19's workload
+    1.1% more probes at a 20,000-tuple period; docs/adaptive-filters.md.)"""
+    n = order.shape[0]
+    for k in range(n):
+        if ref[REF_ORDER, k] != order[k]:
             for r in range(REF_ORDER):
-                ref[r, k] = 0.0
-        ref[REF_ORDER, k] = order[k]
+                for j in range(n):
+                    ref[r, j] = 0.0
+            for j in range(n):
+                ref[REF_ORDER, j] = order[j]
+            return
 
 
 @njit(cache=True)
