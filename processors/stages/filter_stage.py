@@ -187,7 +187,7 @@ class FilterStage(StageBase):
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = self._reopt_ns = 0
         changed = False
-        if self._profiled:
+        if self._profiled and not self.reoptimizer.drifted:  # (kernels.drift: drop its samples)
             changed = self._absorb(self._profiled)
         if self._recheck:
             changed = self._recheck_costs() or changed

@@ -354,3 +354,30 @@ def test_a_cost_change_is_acted_on_at_the_floor(index_path: bool) -> None:
             break
     assert stage.order == [1, 0] and stage.changes_total == changes + 1
     assert stage.profile_tuples == profiled  # no profile tuple came before the change
+
+
+def test_a_partition_reorders_when_a_batch_straddles_the_change() -> None:
+    """A batch holds the end of phase 1 and the start of phase 2 (as when a worker reads both
+    as one backlog), and it is one of the floor's profiled batches: its counters drift, and
+    its samples, taken mostly before the change, are dropped. (Kept, they filled the 200-tuple
+    window; one small batch later p was at its floor, and the old order held to the end.)"""
+    first, second = _partitions_of_two_phases()[3]
+    config = OrderingConfig(
+        "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
+        costs=(3.0, 2.0, 1.0),
+    )  # fmt: skip
+    stage = FilterStage(
+        [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
+         Compare("temperature", "<", 25.0)], config,
+    )  # fmt: skip
+    start = 0  # phase 1 in batches of 100 up to a profiled batch 800-1,500 tuples from its end
+    while not (stage.reoptimizer.profile_probability > 0 and len(first) - start <= 1_500):
+        stage.process(first.slice(start, start + 100))
+        start += 100
+    assert stage.order_names[0] == "temperature < 25.0" and len(first) - start >= 800
+    stage.process(Batch.concat([first.slice(start, len(first)), second.slice(0, 200)]))
+    assert stage.reoptimizer.adaptive is not None and stage.reoptimizer.adaptive.drifts == 1
+    stage.process(second.slice(200, 300))  # a small batch, then large ones
+    for start in range(300, len(second), 1_500):
+        stage.process(second.slice(start, min(len(second), start + 1_500)))
+    assert stage.order_names[0] == "humidity > 10.0", stage.stats()["recent_changes"]

@@ -67,6 +67,7 @@ class Reoptimizer:
     z: float = 0.0
     # A-Greedy+'s adaptive profiling rate (None: profile at the configured p throughout)
     adaptive: AdaptiveRate | None = None
+    drifted = False  # A-Greedy+: this batch's pass counters drifted (its samples are dropped)
 
     def __init__(
         self,
@@ -140,13 +141,13 @@ class Reoptimizer:
             found = self.adaptive.observe(counts, order, state, self.patterns, self.hist, self.view)
             if found >= 0:
                 resort_restart(self.checkpoint)
-            self._drifted = found >= 0
+            self.drifted = found >= 0
 
     def advance_rate(self, changed: bool) -> None:
         """After a batch (per-position path): A-Greedy+ chooses the next batch's p."""
         if self.adaptive is not None:
-            self.adaptive.advance(changed or self._drifted, len(self.window))
-            self._drifted = False
+            self.adaptive.advance(changed or self.drifted, len(self.window))
+            self.drifted = False
 
     @property
     def column(self) -> int:
@@ -366,7 +367,7 @@ class AGreedyPlus(AGreedy):
     ):
         super().__init__(n_filters, config, order, parents)
         self.z = config.confidence_z
-        self._drifted = False
+        self.drifted = False
         self.checkpoint = new_checkpoint(config.min_profile_tuples)
         if config.p_floor < 1.0:
             self.adaptive = AdaptiveRate(
