@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from processors.core.batch import Batch
+from processors.core.ordering import profile as prof
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.profile import CostEstimates, extra_slice
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
@@ -187,7 +188,9 @@ class FilterStage(StageBase):
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = self._reopt_ns = 0
         changed = False
-        if self._profiled and not self.reoptimizer.drifted:  # (kernels.drift: drop its samples)
+        if self.reoptimizer.drifted:  # A-Greedy+: this batch's samples are dropped (see below)
+            changed = self._reprofile(batch, size, sels, counts)
+        elif self._profiled:
             changed = self._absorb(self._profiled)
         if self._recheck:
             changed = self._recheck_costs() or changed
@@ -364,7 +367,7 @@ class FilterStage(StageBase):
             else:  # A-Greedy+: drift test and the next p in the same call
                 run_index_filters_adaptive(*head, window, adaptive.args)
                 adaptive.booked(int(adaptive.out[0]))
-                self._rate_done = True
+                self._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
             t2 = time.perf_counter_ns()
             m, found, moved, size, window_cycles, check_cycles = ticks[2:].tolist()
             changes = reopt.absorbed(m, found, moved, size, window_cycles, check_cycles, costs)
@@ -403,6 +406,16 @@ class FilterStage(StageBase):
         for change in changes:
             self._report(change)
         return bool(changes)
+
+    def _reprofile(self, batch: Batch, size: int, sels: np.ndarray, counts: np.ndarray) -> bool:
+        """A-Greedy+ on a batch whose counters drifted: its samples (maybe from before the
+        change) were dropped; its rows from the change on are profiled at the maximum p."""
+        start = time.perf_counter_ns()
+        first = prof.change_row(sels, counts, int(self.reoptimizer.adaptive.out[0]), size)  # type: ignore[union-attr]
+        k = sample_rows(size - first, self.config.p, PROFILE_RUN, self._rng_state, self._samples)
+        m = prof.profile_rows(self.predicates, batch, self._samples[:k] + first, self._bits)
+        self.ns["profile_tuple_creation"] += time.perf_counter_ns() - start
+        return self._absorb(m)
 
     def _recheck_costs(self) -> bool:
         """A-Greedy+ after a batch that re-measured the a_i: if one moved by 5% since the last

@@ -381,3 +381,24 @@ def test_a_partition_reorders_when_a_batch_straddles_the_change() -> None:
     for start in range(300, len(second), 1_500):
         stage.process(second.slice(start, min(len(second), start + 1_500)))
     assert stage.order_names[0] == "humidity > 10.0", stage.stats()["recent_changes"]
+
+
+def test_a_change_in_the_last_batch_is_acted_on() -> None:
+    """Phase 2 comes as one batch (a worker's backlog), at p's floor, where most batches are
+    not profiled: its counters drift and its later half is profiled again at the maximum p,
+    so the order changes before the partition's input ends (it once stayed as it was)."""
+    for p, (first, second) in enumerate(_partitions_of_two_phases()):
+        config = OrderingConfig(
+            "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
+            costs=(3.0, 2.0, 1.0),
+        )  # fmt: skip
+        stage = FilterStage(
+            [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
+             Compare("temperature", "<", 25.0)], config,
+        )  # fmt: skip
+        for start in range(0, len(first), 500):
+            stage.process(first.slice(start, min(len(first), start + 500)))
+        assert stage.order_names[0] == "temperature < 25.0"
+        stage.process(second)
+        assert stage.reoptimizer.adaptive is not None and stage.reoptimizer.adaptive.drifts == 1
+        assert stage.order_names[0] == "humidity > 10.0", (p, stage.stats()["recent_changes"])

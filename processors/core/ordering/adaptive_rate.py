@@ -86,6 +86,7 @@ class AdaptiveRate:
         empty the window (``state``, ``patterns``, ``hist``) and its ``view``. Returns the
         drifting position or -1."""
         found = int(drift_check(counts, order, self.ref, self.params))
+        self.out[0] = found  # as the index filters' kernel leaves it
         if found >= 0:
             clear_window(state, patterns, hist, view)
         self.booked(found)
