@@ -13,9 +13,12 @@ Each A-Greedy figure is measured for A-Greedy+ (``agreedy``, the default) and, u
 - ``optimal_gap``: for n = 2..6, the largest 1 - rate(A-Greedy) / rate(Optimal) after
   convergence, where Optimal runs the exact best order (from the workload's truth) with no
   profiling (``optimal_gap_to_10``: n = 2..10; ``optimal_gap_by_n``: each n). The stages
-  process the same batches in turns so that all see the same machine state; the gap is the
-  median over rounds of six batches (each round a rate comparison of its own), and
-  ``gap_all_batches`` the one over all batches;
+  process the same batches in turns balanced for carry-over (``balanced_turns``) so that all
+  see the same machine state; the gap is the median over rounds (one block of turns, each
+  round a rate comparison of its own), and ``gap_all_batches`` the one over all batches. A
+  second Optimal stage takes its turns too (an A/A control): its gap to the first,
+  ``optimal_gap_noise_by_n`` (the largest magnitude: ``optimal_gap_noise``, n = 2..6), is what
+  the measure reads where there is no difference;
 - ``settle_tuples_median``: tuples to settle after a change, the median over the 8 random
   changes of Figs 16-18 (:mod:`processors.bench.filters_settle` defines settling);
 - ``agent_vs_passthrough`` (unless ``--no-kafka``): end to end through Kafka, the filter query's
@@ -98,6 +101,19 @@ def stage_rate(
     }
 
 
+def balanced_turns(k: int) -> list[list[int]]:
+    """Orders in which ``k`` stages take their turns on successive batches, balanced for
+    carry-over (a Williams design): each stage comes at each place in the turn equally often
+    and right after each other stage equally often. Which stage ran just before matters here:
+    a stage that follows one with the same order finds the batch's selections and indexes in
+    cache (an A/A control of Optimal against itself, in a fixed cycle, read -2% to -10%)."""
+    first = [0]
+    for i in range(1, k):
+        first.append((i + 1) // 2 if i % 2 else k - i // 2)
+    rows = [[(f + r) % k for f in first] for r in range(k)]
+    return rows if k % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
 def optimal_gap(
     n: int,
     tuples: int = 2_000_000,
@@ -115,6 +131,8 @@ def optimal_gap(
     predicates = workload_predicates(run)
     stages = {a: FilterStage(predicates, OrderingConfig(a, seed=seed)) for a in algorithms}
     stages["optimal"] = FilterStage(predicates, OrderingConfig("fixed"), initial_order=best)
+    # the A/A control: the same order and stage again, measured like the others
+    stages["twin"] = FilterStage(predicates, OrderingConfig("fixed"), initial_order=best)
     names = list(stages)
     for _ in range(8):
         b, _ = run.next_batch(batch)
@@ -123,16 +141,17 @@ def optimal_gap(
     spent = dict.fromkeys(names, 0)
     base = {a: dict(stages[a].ns) for a in algorithms}
     done = 0
-    # rounds of ROUND_BATCHES batches: each gap is the median of the rounds' gaps, so that a
-    # round in which other processes on this shared machine took the core from one of the
-    # stages does not decide the figure (each round is a whole rate comparison)
-    rounds: dict[str, list[float]] = {a: [] for a in algorithms}
+    # rounds of one block of balanced turns: each gap is the median of the rounds' gaps, so
+    # that a round in which other processes on this shared machine took the core from one of
+    # the stages does not decide the figure (each round is a whole rate comparison)
+    rounds: dict[str, list[float]] = {a: [] for a in (*algorithms, "twin")}
     in_round = dict.fromkeys(names, 0)
+    turns = balanced_turns(len(names))
     turn = 0
     while done < tuples:
         b, _ = run.next_batch(batch)
-        # whoever goes first finds the batch out of cache: take turns
-        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+        # who goes first finds the batch out of cache, who follows a like stage finds it in
+        for name in (names[i] for i in turns[turn % len(turns)]):
             t0 = _cpu_ns()
             stages[name].process(b)
             took = _cpu_ns() - t0
@@ -140,8 +159,8 @@ def optimal_gap(
             in_round[name] += took
         turn += 1
         done += len(b)
-        if done // batch % ROUND_BATCHES == 0 or done >= tuples:
-            for a in algorithms:
+        if turn % len(turns) == 0 or done >= tuples:
+            for a in rounds:
                 rounds[a].append(1.0 - in_round["optimal"] / in_round[a])
             in_round = dict.fromkeys(names, 0)
     rate = {k: done / (v / 1e9) for k, v in spent.items()}
@@ -172,6 +191,8 @@ def optimal_gap(
         "optimal_tuples_per_s": rate["optimal"],
         "gap": main["gap"],
         "gap_all_batches": main["gap_all_batches"],
+        "noise": float(np.median(rounds["twin"])),  # the A/A control's gap
+        "noise_round_gaps": rounds["twin"],
         "round_gaps": main["round_gaps"],
         "agreedy_order": main["order"],
         "optimal_order": stages["optimal"].order_names,
@@ -200,6 +221,7 @@ def run_filters_bench(tuples: int = 16_000_000, kafka: bool = True) -> dict[str,
                 f"{r['order_cost_ratio']:.3f}, overhead {r['overhead_fraction']:.2%}, "
                 f"{r['changes']} changes)"
             )
+        _say(f"  n={n} A/A control (Optimal twice): gap {g['noise']:.2%}")
         gaps.append(g)
 
     def worst(a: str, key: str, top: int) -> float:
@@ -221,6 +243,8 @@ def run_filters_bench(tuples: int = 16_000_000, kafka: bool = True) -> dict[str,
         "agreedy_exact_optimal_gap": worst("agreedy_exact", "gap", 6),
         "agreedy_exact_optimal_gap_to_10": worst("agreedy_exact", "gap", MAX_GAP_N),
         "optimal_gap_by_n": {g["n"]: g["by_algorithm"]["agreedy"]["gap"] for g in gaps},
+        "optimal_gap_noise": max(abs(g["noise"]) for g in gaps if g["n"] <= 6),
+        "optimal_gap_noise_by_n": {g["n"]: g["noise"] for g in gaps},
         "agreedy_exact_optimal_gap_by_n": {
             g["n"]: g["by_algorithm"]["agreedy_exact"]["gap"] for g in gaps
         },

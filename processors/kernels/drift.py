@@ -14,12 +14,15 @@ however much the window later learns; so Fig. 5 also runs from position 0 whenev
 window has doubled since the emptying, up to its capacity (``checkpoint``: int64 [next
 size, fired, first size]; see :func:`resort_due`).
 
-``ref`` is float64 (2, n): per position, tuples in and out summed since the last reset (the
-reference rates). ``params`` is float64: [z, min_effect, min_tuples, ref_cap]. ``rate`` is
-float64: [p now, p floor, p max, (unused), window size from which p is at the floor, K,
-batches at the floor, p of the next batch]: at the floor, only every K-th batch is
-profiled, at K times the floor (as many samples, and the per-batch costs of absorbing them,
-the view's rebuild above all, once in K batches).
+``ref`` is float64 (5, n): per position, tuples in and out summed since the last reset (the
+reference rates, rows 0-1), tuples in and out not yet tested (pending, rows 2-3: small
+batches add up until a test has ``min_tuples``), and the filter order the rows were counted
+under (row 4): after an order change every position restarts. ``params`` is float64: [z,
+min_effect, min_tuples, ref_cap, min_ref]. ``rate`` is float64: [p now, p floor, p max,
+(unused), window size from which p is at the floor, K, batches at the floor, p of the next
+batch]: at the floor, only every K-th batch is profiled, at K times the floor (as many
+samples, and the per-batch costs of absorbing them, the view's rebuild above all, once in K
+batches).
 """
 
 from __future__ import annotations
@@ -27,44 +30,82 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-Z, EFFECT, MIN_TUPLES, REF_CAP = range(4)
+Z, EFFECT, MIN_TUPLES, REF_CAP, MIN_REF = range(5)
 P_NOW, P_MIN, P_MAX, _UNUSED, ENOUGH, EVERY, AT_FLOOR, P_NEXT = range(8)
+REF_IN, REF_OUT, PEND_IN, PEND_OUT, REF_ORDER = range(5)
 
 
 @njit(cache=True)
-def drift_check(counts, n, ref, params):  # type: ignore[no-untyped-def]
-    """The first position whose pass rate in this batch differs from its reference rate
-    (two-proportion z-test: more than ``z`` standard deviations and by more than
-    ``min_effect`` in absolute terms), or -1. Without drift the batch joins the reference
-    (halved once it holds ``ref_cap`` tuples, so it follows slow change); with drift the
-    reference is reset."""
-    z, effect, min_tuples, cap = params[Z], params[EFFECT], params[MIN_TUPLES], params[REF_CAP]
+def align_reference(order, ref):  # type: ignore[no-untyped-def]
+    """When ``order`` is not the order the reference was counted under (``ref[REF_ORDER]``),
+    restart every position (its conditional pass rate may be of another prefix) and record
+    ``order``. (Keeping the rows of positions whose filter and earlier filters stayed was
+    tried: more drifts at deep positions, each emptying the window, cost Fig. 19's workload
+    1.1% more probes at a 20,000-tuple period; docs/adaptive-filters.md.)"""
+    n = order.shape[0]
+    for k in range(n):
+        if ref[REF_ORDER, k] != order[k]:
+            for r in range(REF_ORDER):
+                for j in range(n):
+                    ref[r, j] = 0.0
+            for j in range(n):
+                ref[REF_ORDER, j] = order[j]
+            return
+
+
+@njit(cache=True)
+def drift_check(counts, order, ref, params):  # type: ignore[no-untyped-def]
+    """The first position whose pass rate differs from its reference rate (two-proportion
+    z-test with the pooled rate: more than ``z`` standard deviations and by more than
+    ``min_effect`` in absolute terms), or -1. The batch's counts (``counts[k]`` tuples
+    reached position k under ``order``) join a position's pending counts, tested once they
+    hold ``min_tuples`` against a reference of at least ``min_ref`` (a younger reference
+    takes them in untested); tested counts without drift join the reference (halved once it
+    holds ``ref_cap`` tuples, so it follows slow change). With drift every position restarts.
+    """
+    z, effect, min_tuples = params[Z], params[EFFECT], params[MIN_TUPLES]
+    cap, min_ref = params[REF_CAP], params[MIN_REF]
+    align_reference(order, ref)
     found = -1
-    for k in range(n):
-        seen = counts[k]
-        if seen < min_tuples:
-            break  # later positions see fewer tuples still
-        base = ref[0, k]
-        if base < min_tuples:
-            continue
-        p0 = ref[1, k] / base
-        d = counts[k + 1] / seen - p0
-        if d < 0.0:
-            d = -d
-        var = p0 * (1.0 - p0) * (1.0 / seen + 1.0 / base)
-        if d > effect and d * d > z * z * var:
-            found = k
-            break
+    for k in range(order.shape[0]):
+        ref[PEND_IN, k] += counts[k]
+        ref[PEND_OUT, k] += counts[k + 1]
+        seen, base = ref[PEND_IN, k], ref[REF_IN, k]
+        if base >= min_ref:
+            if seen < min_tuples:
+                continue
+            p0 = ref[REF_OUT, k] / base
+            d = ref[PEND_OUT, k] / seen - p0
+            pooled = (ref[REF_OUT, k] + ref[PEND_OUT, k]) / (base + seen)
+            var = pooled * (1.0 - pooled) * (1.0 / seen + 1.0 / base)
+            if abs(d) > effect and d * d > z * z * var:
+                found = k
+                break
+        ref[REF_IN, k] += seen
+        ref[REF_OUT, k] += ref[PEND_OUT, k]
+        ref[PEND_IN, k] = 0.0
+        ref[PEND_OUT, k] = 0.0
+        if ref[REF_IN, k] > cap:
+            ref[REF_IN, k] *= 0.5
+            ref[REF_OUT, k] *= 0.5
     if found >= 0:
-        ref[:, :] = 0.0
-        return found
-    for k in range(n):
-        ref[0, k] += counts[k]
-        ref[1, k] += counts[k + 1]
-        if ref[0, k] > cap:
-            ref[0, k] *= 0.5
-            ref[1, k] *= 0.5
-    return -1
+        for r in range(REF_ORDER):
+            ref[r, :] = 0.0
+    return found
+
+
+COST_MOVE = 0.05  # an a_i that moved by more than this share calls for a check (costs_moved)
+
+
+@njit(cache=True)
+def costs_moved(costs, checked):  # type: ignore[no-untyped-def]
+    """Whether some a_i (``costs``) moved by more than ``COST_MOVE`` of its value at the last
+    check (``checked``): eq. 4 weighs the view by the a_i, so A-Greedy+ then checks again even
+    though no profile tuple came (at p's floor, most batches)."""
+    for f in range(costs.shape[0]):  # noqa: SIM110 (a loop numba compiles)
+        if abs(costs[f] - checked[f]) > COST_MOVE * checked[f]:
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -129,5 +170,7 @@ def new_checkpoint(min_profile_tuples: int) -> np.ndarray:
 
 
 def new_reference(n: int) -> np.ndarray:
-    """An empty reference for ``n`` positions."""
-    return np.zeros((2, max(n, 1)), dtype=np.float64)
+    """An empty reference for ``n`` positions (counted under no order yet)."""
+    ref = np.zeros((REF_ORDER + 1, max(n, 1)), dtype=np.float64)
+    ref[REF_ORDER] = -1.0
+    return ref

@@ -275,21 +275,21 @@ def run_index_filters_absorbing(filters, main, prof, window):  # type: ignore[no
 def run_index_filters_adaptive(filters, main, prof, window, adapt):  # type: ignore[no-untyped-def]
     """:func:`run_index_filters_absorbing` for A-Greedy+ (see :mod:`processors.kernels.drift`):
     after the main pass, its pass counters are tested for drift (which empties the profile
-    window before this batch's samples enter it), and the next batch's profiling probability
-    is chosen. ``adapt`` is (reference, drift parameters, rate, out) with ``out[0]`` set to
+    window and drops this batch's samples), and the next batch's profiling probability is
+    chosen. ``adapt`` is (reference, drift parameters, rate, out) with ``out[0]`` set to
     the drifting position (-1: none); ``rate[P_NEXT]`` is the next batch's probability."""
     m = _run(filters, main, prof)
     order, counts, ticks = main[0], main[3], main[7]
     ref, params, rate, out = adapt
-    drifted = drift_check(counts, order.shape[0], ref, params)
+    drifted = drift_check(counts, order, ref, params)
     out[0] = drifted
     if drifted >= 0:
         clear_window(window[2], window[7], window[5], window[6])
         resort_restart(window[16])
     dropped_at, bits, codes, mode, j = prof[4], prof[5], prof[6], prof[7], prof[8]
-    r = absorb_samples(dropped_at, ticks[1], bits, codes, order, mode, j, window)
+    # the batch that drifted may hold tuples from before the change: its samples are dropped
+    kept = 0 if drifted >= 0 else ticks[1]
+    r = absorb_samples(dropped_at, kept, bits, codes, order, mode, j, window)
     ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = r
-    if r[2] > 0:  # the order changed: the reference rates were for the old prefixes
-        ref[:, :] = 0.0
     next_rate(rate, drifted >= 0 or r[2] > 0, r[3])
     return m

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from processors.kernels.drift import resort_due
+from processors.kernels.drift import costs_moved, resort_due
 from processors.kernels.intrinsics import cycles
 from processors.kernels.profile_view import (
     PATTERN_MAX_N,
@@ -173,12 +173,13 @@ def absorb_samples(dropped_at, n_samples, bits, codes, order, mode, j, window): 
 
     ``window`` (built by the re-optimizer) is (ring, ring_ts, state, now_ms as a one-element
     array, window_ms, hist, view, patterns, ring_codes, min_check, costs, alpha, parent,
-    correct, before, z, checkpoint); ``z`` > 0 makes detection ask for significance and
+    correct, before, z, checkpoint, checked: the a_i of the last check, which it updates);
+    ``z`` > 0 makes detection ask for significance and
     ``checkpoint`` (int64, ``checkpoint[0]`` -1: never) makes Fig. 5 also run from the first
     position when the window has doubled (A-Greedy+, see :func:`find_violation` and
     :func:`processors.kernels.drift.resort_due`)."""
     (ring, ring_ts, state, now, window_ms, hist, view, patterns, ring_codes, min_check,
-     costs, alpha, parent, correct, before, z, checkpoint) = window  # fmt: skip
+     costs, alpha, parent, correct, before, z, checkpoint, checked) = window  # fmt: skip
     now_ms = now[0]
     t0 = cycles()
     held = (state[0], state[1])
@@ -187,10 +188,11 @@ def absorb_samples(dropped_at, n_samples, bits, codes, order, mode, j, window): 
             ring_ts, state, codes, dropped_at, n_samples, order.shape[0], now_ms, window_ms,
             patterns, ring_codes,
         )  # fmt: skip
-        # A-Greedy+ (z > 0) skips a window that did not change: its view and checks stand
+        # A-Greedy+ (z > 0) skips a window that did not change: its view stands, and so do
+        # its checks unless an a_i moved since the last one
         if z <= 0.0 or m > 0 or held[0] != state[0] or held[1] != state[1]:
             view_from_patterns(patterns, order, view, mode, j)
-        else:
+        elif not costs_moved(costs, checked):
             min_check = -1
     else:
         m = finish_profiles(dropped_at, n_samples, order, bits)
@@ -202,6 +204,7 @@ def absorb_samples(dropped_at, n_samples, bits, codes, order, mode, j, window): 
     found = -1
     moved = 0
     if 0 <= min_check <= state[1]:
+        checked[:] = costs
         found = find_violation(view, order, costs, alpha, mode, j, parent, z)
         if correct and resort_due(checkpoint, state[1], ring_ts.shape[0]) and found < 0:
             found = 0  # A-Greedy+: the window doubled, Fig. 5 from the first position

@@ -22,18 +22,19 @@ from typing import Any
 import numpy as np
 
 from processors.core.batch import Batch
+from processors.core.ordering import profile as prof
 from processors.core.ordering.config import OrderingConfig
-from processors.core.ordering.profile import CostEstimates
+from processors.core.ordering.profile import CostEstimates, extra_slice
 from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import InIndex, Predicate, plan_predicates
+from processors.kernels.drift import costs_moved
 from processors.kernels.index_filters import (
     run_index_filters,
     run_index_filters_absorbing,
     run_index_filters_adaptive,
 )
 from processors.kernels.intrinsics import ns_per_cycle
-from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
 from processors.kernels.profiling import finish_profiles, mark_dropped, profile_step, sample_rows
 from processors.stages.base import StageBase
 from processors.stages.plan_changes import PlanChanges
@@ -49,20 +50,6 @@ BREAKDOWN = (
 )
 PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
 COST_SAMPLE_EVERY = 4  # time the filters on every 4th batch: a_i drifts slowly, clocks cost
-
-
-def extra_slice(mode: int, k: int, j: int, prev_start: int, n_dead: int) -> tuple[int, int]:
-    """Which samples dropped before position ``k`` evaluate it too, as a slice of the dead
-    list (samples in the order they were dropped; ``prev_start`` is where position k-1's
-    began): all of them for A-Greedy and Independent, those dropped at k-1 for LocalSwaps,
-    all of them at the profiled position only for Sweep."""
-    if k == 0:
-        return 0, 0
-    if mode == TWO_DIAGONALS:
-        return prev_start, n_dead
-    if mode == DIAGONAL_AND_COLUMN and k != j:
-        return 0, 0
-    return 0, n_dead
 
 
 def _wall_ms() -> int:
@@ -114,7 +101,8 @@ class FilterStage(StageBase):
         # by the one-call profiling of index filters instead of looking the drops up
         self.profile_repeats = np.zeros(self.n, dtype=np.int64)
         self._hits = np.zeros(1, dtype=np.int64)
-        self._rate_done = True  # whether this batch's kernel call chose the next p already
+        # whether this batch's kernel call chose the next p; whether it re-measured the a_i
+        self._rate_done, self._recheck = True, False
         # all filters index probes: profile a batch in one kernel call (see _profile_indexes)
         self._index_filters = self.n > 0 and all(type(p) is InIndex for p in self.predicates)
         # cycles of profiling in the main-pass kernel call, the batch's number of samples, and
@@ -144,8 +132,7 @@ class FilterStage(StageBase):
         config: OrderingConfig | None = None,
         name: str = "filter",
     ) -> FilterStage:
-        """The stage for a stream's filters; the ordering settings come from the query unless
-        given."""
+        """The stage for a stream's filters (ordering settings: the query's unless given)."""
         if config is None:
             config = getattr(plan, "ordering", None)
         return cls(plan_predicates(plan, stream), config, name)
@@ -201,8 +188,12 @@ class FilterStage(StageBase):
         self.ns["profile_window"] += self._cost_ns
         self._profile_ns = self._cost_ns = self._reopt_ns = 0
         changed = False
-        if self._profiled:
+        if self.reoptimizer.drifted:  # A-Greedy+: this batch's samples are dropped (see below)
+            changed = self._reprofile(batch, size, sels, counts)
+        elif self._profiled:
             changed = self._absorb(self._profiled)
+        if self._recheck:
+            changed = self._recheck_costs() or changed
         if not self._rate_done:  # A-Greedy+ (per-position path): the next batch's p
             t3 = time.perf_counter_ns()
             self.reoptimizer.advance_rate(changed)
@@ -252,10 +243,12 @@ class FilterStage(StageBase):
         order = reopt.order
         profiling = reopt.profiles and self.config.p > 0
         self._rate_done = reopt.adaptive is None
+        self._recheck = False  # (the index filters' kernel checks again when the a_i moved)
         if self._index_filters:
             cols = self._index_columns(batch)
             if cols is not None:
                 return self._run_index_filters(cols, size, measure, profiling)
+        self._recheck = measure and reopt.adaptive is not None
         p = reopt.profile_probability  # A-Greedy+ at its floor: 0 on most batches
         n_samples = n_alive = n_dead = before_prev = 0
         if profiling and p > 0:
@@ -374,7 +367,7 @@ class FilterStage(StageBase):
             else:  # A-Greedy+: drift test and the next p in the same call
                 run_index_filters_adaptive(*head, window, adaptive.args)
                 adaptive.booked(int(adaptive.out[0]))
-                self._rate_done = True
+                self._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
             t2 = time.perf_counter_ns()
             m, found, moved, size, window_cycles, check_cycles = ticks[2:].tolist()
             changes = reopt.absorbed(m, found, moved, size, window_cycles, check_cycles, costs)
@@ -400,8 +393,7 @@ class FilterStage(StageBase):
         return sels, counts
 
     def _absorb(self, m: int) -> bool:
-        """Hand this batch's profile tuples to the re-optimizer, which may reorder; returns
-        whether it did."""
+        """Hand this batch's profile tuples to the re-optimizer; returns whether it reordered."""
         reopt = self.reoptimizer
         self.profile_tuples += m
         t0 = time.perf_counter_ns()
@@ -413,6 +405,30 @@ class FilterStage(StageBase):
             self.ns[key] += reopt.ns[key] - before[key]
         for change in changes:
             self._report(change)
+        return bool(changes)
+
+    def _reprofile(self, batch: Batch, size: int, sels: np.ndarray, counts: np.ndarray) -> bool:
+        """A-Greedy+ on a batch whose counters drifted: its samples (maybe from before the
+        change) were dropped; its rows from the change on are profiled at the maximum p."""
+        start = time.perf_counter_ns()
+        first = prof.change_row(sels, counts, int(self.reoptimizer.adaptive.out[0]), size)  # type: ignore[union-attr]
+        k = sample_rows(size - first, self.config.p, PROFILE_RUN, self._rng_state, self._samples)
+        m = prof.profile_rows(self.predicates, batch, self._samples[:k] + first, self._bits)
+        self.ns["profile_tuple_creation"] += time.perf_counter_ns() - start
+        return self._absorb(m)
+
+    def _recheck_costs(self) -> bool:
+        """A-Greedy+ after a batch that re-measured the a_i: if one moved by 5% since the last
+        check, detect again (at p's floor the view rarely changed). Returns whether it reordered."""
+        reopt = self.reoptimizer
+        t0 = time.perf_counter_ns()
+        costs = self.costs.values()
+        changes = reopt.reoptimize(costs) if costs_moved(costs, reopt.checked_costs) else []
+        for change in changes:
+            self._report(change)
+        if changes and self._rate_done and reopt.adaptive is not None:  # p back to its maximum
+            reopt.adaptive.advance(True, len(reopt.window))
+        self.ns["violations"] += time.perf_counter_ns() - t0
         return bool(changes)
 
     def _report(self, change: OrderChange) -> None:

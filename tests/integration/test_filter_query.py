@@ -38,7 +38,7 @@ from processors.core.query import col
 from processors.workloads.examples import readings_passthrough
 query = readings_passthrough(topic={topic!r}, result={result!r}, name={name!r}, partitions={p})
 query.where(col("r.ok") == True, col("r.humidity") > 10.0, col("r.temperature") < 25.0)
-query.adapt("agreedy_exact", profile_probability=0.5, window_tuples=200, min_profile_tuples=20)
+query.adapt(profile_probability=0.5, window_tuples=200, min_profile_tuples=20)  # A-Greedy+
 """
 
 

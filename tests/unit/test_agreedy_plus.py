@@ -11,10 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors.bench.filters import workload_predicates
+from processors.core.batch import Batch
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.static import optimal_order, order_cost
+from processors.core.predicates import Compare
 from processors.kernels.drift import (
     P_NEXT,
+    REF_IN,
+    REF_ORDER,
     drift_check,
     new_checkpoint,
     new_reference,
@@ -22,7 +26,9 @@ from processors.kernels.drift import (
     resort_due,
 )
 from processors.kernels.profile_view import FULL, find_violation, view_from_patterns
+from processors.kernels.routing import kafka_partitions
 from processors.stages.filter_stage import FilterStage
+from processors.workloads.examples import reading_columns
 from processors.workloads.filters import FilterWorkload, FilterWorkloadRun
 
 NO_PARENT = np.full(8, -1, dtype=np.int64)
@@ -122,7 +128,8 @@ def test_drift_check_is_quiet_on_stationary_batches_and_sees_a_change() -> None:
     rng = np.random.default_rng(3)
     rates = np.array([0.5, 0.3, 0.7, 0.5])
     ref = new_reference(4)
-    params = np.array([5.0, 0.05, 200.0, 1e6])
+    order = np.arange(4, dtype=np.int64)
+    params = np.array([5.0, 0.05, 200.0, 1e6, 30.0])
 
     def batch(r: np.ndarray, size: int) -> np.ndarray:
         counts = np.zeros(5, dtype=np.int64)
@@ -131,12 +138,36 @@ def test_drift_check_is_quiet_on_stationary_batches_and_sees_a_change() -> None:
             counts[k + 1] = rng.binomial(counts[k], r[k])
         return counts
 
-    assert all(drift_check(batch(rates, 65_536), 4, ref, params) == -1 for _ in range(300))
-    assert all(drift_check(batch(rates, 2_000), 4, ref, params) == -1 for _ in range(300))
+    assert all(drift_check(batch(rates, 65_536), order, ref, params) == -1 for _ in range(300))
+    assert all(drift_check(batch(rates, 2_000), order, ref, params) == -1 for _ in range(300))
+    assert all(drift_check(batch(rates, 60), order, ref, params) == -1 for _ in range(2000))
     moved = rates.copy()
     moved[2] = 0.6  # position 2 passes 60% instead of 70%
-    assert drift_check(batch(moved, 65_536), 4, ref, params) == 2
-    assert ref.sum() == 0  # the reference restarts from the new statistics
+    assert drift_check(batch(moved, 65_536), order, ref, params) == 2
+    assert ref[:REF_ORDER].sum() == 0  # the reference restarts from the new statistics
+
+
+def test_small_batches_add_up_and_a_young_reference_still_tests() -> None:
+    """Batches too small to test alone are pooled until they are not; a reference of a few
+    dozen tuples (all a small partition may have had since an order change, which restarts
+    the reference) is tested against rather than absorbing the change."""
+    params = np.array([5.0, 0.05, 200.0, 1e6, 30.0])
+    order = np.array([2, 1, 0], dtype=np.int64)
+    ref = new_reference(3)
+    old, new = np.array([50, 5, 4, 4]), np.array([50, 49, 3, 3])  # position 0: 10% -> 98%
+    for _ in range(41):  # 2,050 tuples of the old rates, 50 a batch (none left pending)
+        assert drift_check(old, order, ref, params) == -1
+    assert drift_check(new, order, ref, params) == -1  # 50 tuples: pending, not tested yet
+    assert drift_check(new, order, ref, params) == -1
+    assert drift_check(new, order, ref, params) == -1
+    assert drift_check(new, order, ref, params) == 0  # 200 pending tuples: drift
+    # an order change restarts the reference; 40 tuples of it suffice to see the change
+    for _ in range(10):
+        drift_check(np.array([400, 40, 38, 36]), order, ref, params)
+    swapped = np.array([2, 0, 1], dtype=np.int64)
+    assert drift_check(np.array([40, 4, 4, 4]), swapped, ref, params) == -1
+    assert ref[REF_IN].tolist() == [40.0, 4.0, 4.0] and ref[REF_ORDER].tolist() == [2, 0, 1]
+    assert drift_check(np.array([2_000, 1_960, 1_900, 1_850]), swapped, ref, params) == 0
 
 
 def test_the_rate_drops_to_its_floor_once_the_window_holds_enough_and_jumps_back() -> None:
@@ -247,3 +278,127 @@ def test_index_filters_adapt_as_the_per_position_path_does(
     assert fused.changes_total == plain.changes_total > 0
     assert fused.reoptimizer.adaptive.drifts == plain.reoptimizer.adaptive.drifts > 0  # type: ignore[union-attr]
     assert "filter order changed" in caplog.text  # every change is still reported
+
+
+def _partitions_of_two_phases(partitions: int = 4) -> list[tuple[Batch, Batch]]:
+    """The filter integration test's stream (tests/integration/test_filter_query.py): 30,000
+    readings per phase, split over ``partitions`` by Kafka's partitioner on the sensor keys.
+    Phase 1: temperature < 25 passes 10%, humidity > 10 95%; phase 2: 98% and 10%."""
+    phases = []
+    for phase in (1, 2):
+        batch = reading_columns(30_000, seed=phase, start_ms=1_700_000_000_000 + phase * 300_000)
+        rng = np.random.default_rng(100 + phase)
+        a = rng.random(30_000) < (0.10 if phase == 1 else 0.98)
+        b = rng.random(30_000) < (0.95 if phase == 1 else 0.10)
+        batch.columns["temperature"] = np.where(a, 20.0, 30.0)
+        batch.columns["humidity"] = np.where(b, 50.0, 5.0).astype(np.float32)
+        assert batch.key is not None
+        phases.append((batch, kafka_partitions(batch.key, partitions)))
+    return [
+        (phases[0][0].take(np.flatnonzero(phases[0][1] == p)),
+         phases[1][0].take(np.flatnonzero(phases[1][1] == p)))
+        for p in range(partitions)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("batch_size", [50, 100, 573, 2_000, 4_096])
+def test_every_partition_reorders_after_the_change(batch_size: int) -> None:
+    """Each partition of the integration test's stream (about 7,000 tuples a phase) puts the
+    filter that drops most first after each phase, however small its batches, on fixed
+    costs. (Before the drift test pooled small batches and tested young references, a
+    partition whose order had changed shortly before the change took the new rates as its
+    reference and kept the old order: partition 3 at 100 tuples a batch, as once in CI.)"""
+    names = ("temperature < 25.0", "humidity > 10.0")
+    for p, phases in enumerate(_partitions_of_two_phases()):
+        for seed in range(3):
+            config = OrderingConfig(
+                "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
+                costs=(1.0, 1.0, 1.0), seed=seed,
+            )  # fmt: skip
+            stage = FilterStage(
+                [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
+                 Compare("temperature", "<", 25.0)], config,
+            )  # fmt: skip
+            for phase, name in zip(phases, names, strict=True):
+                for start in range(0, len(phase), batch_size):
+                    stage.process(phase.slice(start, min(len(phase), start + batch_size)))
+                assert stage.order_names[0] == name, (p, seed, stage.stats()["recent_changes"])
+
+
+@pytest.mark.parametrize("index_path", [True, False])
+def test_a_cost_change_is_acted_on_at_the_floor(index_path: bool) -> None:
+    """At p's floor 7 batches in 8 bring no profile tuple, and the kernel skips the checks of a
+    window that did not change; when an a_i moves by more than 5%, A-Greedy+ checks the view
+    it has again (a small partition may end before its next profiled batch)."""
+    workload = FilterWorkload(n=2, gamma=1, selectivity=(0.1, 0.9), window_rate=0.0, seed=4)
+    run = FilterWorkloadRun(workload)
+    config = OrderingConfig("agreedy", costs=(1.0, 1.0) if index_path else None, seed=2)
+    stage = FilterStage(workload_predicates(run), config)
+    stage._index_filters = index_path
+    for _ in range(40):
+        stage.process(run.next_batch(20_000)[0])
+    assert stage.order == [0, 1] and stage.mean_profile_probability < config.p  # at the floor
+    while True:  # up to a profiled batch: the next 7 are not profiled
+        profiled = stage.profile_tuples
+        stage.process(run.next_batch(20_000)[0])
+        if stage.profile_tuples > profiled:
+            break
+    if index_path:  # the fixed a_i change in place (the kernel holds the array)
+        stage.costs.values()[0] = 100.0
+    else:  # 64 timed calls at 10 us a tuple: filter 0's median a_i
+        stage.costs.record_many([0] * 64, [1e9] * 64, [100_000] * 64)
+    profiled, changes = stage.profile_tuples, stage.changes_total
+    for _ in range(4):  # the per-position path re-measures the a_i every 4th batch
+        stage.process(run.next_batch(20_000)[0])
+        if stage.changes_total > changes:
+            break
+    assert stage.order == [1, 0] and stage.changes_total == changes + 1
+    assert stage.profile_tuples == profiled  # no profile tuple came before the change
+
+
+def test_a_partition_reorders_when_a_batch_straddles_the_change() -> None:
+    """A batch holds the end of phase 1 and the start of phase 2 (as when a worker reads both
+    as one backlog), and it is one of the floor's profiled batches: its counters drift, and
+    its samples, taken mostly before the change, are dropped. (Kept, they filled the 200-tuple
+    window; one small batch later p was at its floor, and the old order held to the end.)"""
+    first, second = _partitions_of_two_phases()[3]
+    config = OrderingConfig(
+        "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
+        costs=(3.0, 2.0, 1.0),
+    )  # fmt: skip
+    stage = FilterStage(
+        [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
+         Compare("temperature", "<", 25.0)], config,
+    )  # fmt: skip
+    start = 0  # phase 1 in batches of 100 up to a profiled batch 800-1,500 tuples from its end
+    while not (stage.reoptimizer.profile_probability > 0 and len(first) - start <= 1_500):
+        stage.process(first.slice(start, start + 100))
+        start += 100
+    assert stage.order_names[0] == "temperature < 25.0" and len(first) - start >= 800
+    stage.process(Batch.concat([first.slice(start, len(first)), second.slice(0, 200)]))
+    assert stage.reoptimizer.adaptive is not None and stage.reoptimizer.adaptive.drifts == 1
+    stage.process(second.slice(200, 300))  # a small batch, then large ones
+    for start in range(300, len(second), 1_500):
+        stage.process(second.slice(start, min(len(second), start + 1_500)))
+    assert stage.order_names[0] == "humidity > 10.0", stage.stats()["recent_changes"]
+
+
+def test_a_change_in_the_last_batch_is_acted_on() -> None:
+    """Phase 2 comes as one batch (a worker's backlog), at p's floor, where most batches are
+    not profiled: its counters drift and its later half is profiled again at the maximum p,
+    so the order changes before the partition's input ends (it once stayed as it was)."""
+    for p, (first, second) in enumerate(_partitions_of_two_phases()):
+        config = OrderingConfig(
+            "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
+            costs=(3.0, 2.0, 1.0),
+        )  # fmt: skip
+        stage = FilterStage(
+            [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
+             Compare("temperature", "<", 25.0)], config,
+        )  # fmt: skip
+        for start in range(0, len(first), 500):
+            stage.process(first.slice(start, min(len(first), start + 500)))
+        assert stage.order_names[0] == "temperature < 25.0"
+        stage.process(second)
+        assert stage.reoptimizer.adaptive is not None and stage.reoptimizer.adaptive.drifts == 1
+        assert stage.order_names[0] == "humidity > 10.0", (p, stage.stats()["recent_changes"])

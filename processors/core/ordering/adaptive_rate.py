@@ -24,7 +24,10 @@ from processors.kernels.drift import (
 )
 
 DRIFT_Z = 5.0  # standard deviations: a batch of 65,536 tuples tests ~10^4 times a minute
-DRIFT_MIN_TUPLES = 200  # a position's rate is tested once it and its reference see this many
+DRIFT_MIN_TUPLES = 200  # a position's pending tuples are tested once there are this many
+# against a reference of at least this many tuples (a small partition's last batch before a
+# change may be all a position's reference holds: untested, the change became the reference)
+DRIFT_MIN_REF = 30
 REFERENCE_CAP = 1_000_000.0  # tuples: the reference halves beyond this, to follow slow change
 # profile tuples at p_max after a reset; measured (docs/adaptive-filters.md): 1000 (Table 1's
 # window, then halving p per batch) profiled too long at short periods of change (Fig. 19 at
@@ -46,7 +49,9 @@ class AdaptiveRate:
     ) -> None:
         self.n = n
         self.ref = new_reference(n)
-        self.params = np.array([DRIFT_Z, effect, DRIFT_MIN_TUPLES, REFERENCE_CAP], np.float64)
+        self.params = np.array(
+            [DRIFT_Z, effect, DRIFT_MIN_TUPLES, REFERENCE_CAP, DRIFT_MIN_REF], np.float64
+        )
         # backing off before the window holds what the re-optimizer checks from (``checked``,
         # min_profile_tuples) would leave it waiting at the floor
         enough = max(min(capacity, STABLE_TUPLES), min(checked, capacity))
@@ -70,15 +75,18 @@ class AdaptiveRate:
     def observe(
         self,
         counts: np.ndarray,
+        order: np.ndarray,
         state: np.ndarray,
         patterns: np.ndarray,
         hist: np.ndarray,
         view: np.ndarray,
     ) -> int:
-        """Test a batch's pass counters (``counts[k]`` tuples reached position k); on drift,
+        """Test a batch's pass counters (``counts[k]`` tuples reached position k of ``order``,
+        the order the batch ran in); on drift,
         empty the window (``state``, ``patterns``, ``hist``) and its ``view``. Returns the
         drifting position or -1."""
-        found = int(drift_check(counts, self.n, self.ref, self.params))
+        found = int(drift_check(counts, order, self.ref, self.params))
+        self.out[0] = found  # as the index filters' kernel leaves it
         if found >= 0:
             clear_window(state, patterns, hist, view)
         self.booked(found)
@@ -90,8 +98,6 @@ class AdaptiveRate:
             self.drifts += 1
 
     def advance(self, reset: bool, size: int) -> float:
-        """The next batch's p (see ``kernels.drift.next_rate``); an order change (``reset``)
-        also resets the reference rates, which were for the old order's prefixes."""
-        if reset:
-            self.ref[:] = 0.0
+        """The next batch's p (see ``kernels.drift.next_rate``). (After an order change the
+        next drift test restarts the reference of the positions whose prefix changed.)"""
         return float(next_rate(self.rate, reset, size))

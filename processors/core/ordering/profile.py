@@ -7,9 +7,14 @@ processing times.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from processors.kernels.costs import record_costs
+from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
+from processors.kernels.profiling import mark_dropped
 
 
 class ProfileWindow:
@@ -154,3 +159,53 @@ class CostEstimates:
         if self.fixed is not None:
             return self.fixed
         return self._values
+
+
+def extra_slice(mode: int, k: int, j: int, prev_start: int, n_dead: int) -> tuple[int, int]:
+    """Which samples dropped before position ``k`` evaluate it too, as a slice of the dead
+    list (samples in the order they were dropped; ``prev_start`` is where position k-1's
+    began): all of them for A-Greedy and Independent, those dropped at k-1 for LocalSwaps,
+    all of them at the profiled position only for Sweep."""
+    if k == 0:
+        return 0, 0
+    if mode == TWO_DIAGONALS:
+        return prev_start, n_dead
+    if mode == DIAGONAL_AND_COLUMN and k != j:
+        return 0, 0
+    return 0, n_dead
+
+
+def profile_rows(predicates: Sequence[Any], batch: Any, rows: np.ndarray, bits: np.ndarray) -> int:
+    """Profile tuples (Section 4.1.1) of ``rows`` (ascending) of ``batch``, each evaluated on
+    every filter: the rows some filter drops are written to ``bits`` (1: filter f drops it),
+    first to last; returns how many."""
+    m = len(rows)
+    found = np.zeros((m, len(predicates)), dtype=np.uint8)
+    passed = np.empty(m, dtype=np.int64)
+    slots = np.arange(m, dtype=np.int64)
+    for f, predicate in enumerate(predicates):
+        mark_dropped(rows, passed, predicate.select(batch, rows, m, passed), slots, found, f)
+    dropped = found[found.any(axis=1)]
+    bits[: len(dropped)] = dropped
+    return len(dropped)
+
+
+CHANGE_LEVEL = 1.63  # the Kolmogorov distribution's 1% point (a Brownian bridge's maximum)
+
+
+def change_row(sels: np.ndarray, counts: np.ndarray, k: int, size: int) -> int:
+    """The first row after the pass rate at position ``k`` changed within a batch (``sels[k]``:
+    the rows that reached k, ``sels[k + 1]`` those that passed; ``counts``, how many): after
+    the largest excursion of the centred running sum of its pass indicators, if that is
+    significant at the 1% level (CUSUM, a Brownian bridge's maximum), else 0 (the batch is
+    taken to be new as a whole, the change to have come before it)."""
+    reach = sels[k, : counts[k]]
+    flag = np.zeros(size, dtype=np.bool_)
+    flag[sels[k + 1, : counts[k + 1]]] = True
+    x = flag[reach].astype(np.float64)
+    if len(x) < 2 or not 0.0 < x.mean() < 1.0:
+        return 0
+    walk = np.abs(np.cumsum(x - x.mean()))
+    t = int(np.argmax(walk))
+    noise = np.sqrt(len(x) * x.mean() * (1.0 - x.mean()))
+    return int(reach[t]) + 1 if walk[t] > CHANGE_LEVEL * noise else 0

@@ -2,12 +2,11 @@
 
 One class per algorithm of Babu et al.: A-Greedy keeps the Greedy Invariant (Definition 4.1)
 with violation detection (Fig. 4) and correction (Fig. 5), exactly as the paper does
-(``agreedy_exact``) or with the departures of A-Greedy+ (``agreedy``, the default: a violation
-must be significant given its counts, and the profiling rate adapts; see
-docs/adaptive-filters.md); Sweep (Section 5), Independent
-(Section 6) and LocalSwaps (Section 7) keep weaker invariants from fewer statistics; Fixed never
-reorders (the baseline). All share the profile window and the matrix view; each says which view
-entries it keeps and which extra filters a profiled tuple must be evaluated on.
+(``agreedy_exact``) or with the departures of A-Greedy+ (``agreedy``, the default; see
+docs/adaptive-filters.md); Sweep (Section 5), Independent (Section 6) and LocalSwaps (Section 7)
+keep weaker invariants from fewer statistics; Fixed never reorders (the baseline). All share the
+profile window and the matrix view; each says which view entries it keeps and which extra
+filters a profiled tuple must be evaluated on.
 
 Positions are 0-based here (the paper's are 1-based). ``order[c]`` is the filter id at position
 ``c``. Detection runs once per batch of profile tuples rather than once per tuple: the order
@@ -68,6 +67,7 @@ class Reoptimizer:
     z: float = 0.0
     # A-Greedy+'s adaptive profiling rate (None: profile at the configured p throughout)
     adaptive: AdaptiveRate | None = None
+    drifted = False  # A-Greedy+: this batch's pass counters drifted (its samples are dropped)
 
     def __init__(
         self,
@@ -116,6 +116,7 @@ class Reoptimizer:
         self.checkpoint = np.array([-1, 0, 0], dtype=np.int64)
         self.checks = 0
         self.violations = 0
+        self.checked_costs = np.zeros(n_filters)  # the a_i of the last check (A-Greedy+)
 
     def respects_precedence(self, order: np.ndarray) -> bool:
         seen: set[int] = set()
@@ -136,18 +137,17 @@ class Reoptimizer:
         """A batch's main-pass counters (``counts[k]``: tuples that reached position k), before
         its profile tuples are absorbed: A-Greedy+ tests them for drift (per-position path)."""
         if self.adaptive is not None:
-            window = self.window
-            found = self.adaptive.observe(counts, window.state, self.patterns, self.hist, self.view)
+            state, order = self.window.state, self.order
+            found = self.adaptive.observe(counts, order, state, self.patterns, self.hist, self.view)
             if found >= 0:
                 resort_restart(self.checkpoint)
-            self._drifted = found >= 0
+            self.drifted = found >= 0
 
     def advance_rate(self, changed: bool) -> None:
         """After a batch (per-position path): A-Greedy+ chooses the next batch's p."""
         if self.adaptive is not None:
-            reset = changed or self._drifted
-            self.adaptive.advance(reset, len(self.window))
-            self._drifted = False
+            self.adaptive.advance(changed or self.drifted, len(self.window))
+            self.drifted = False
 
     @property
     def column(self) -> int:
@@ -178,6 +178,7 @@ class Reoptimizer:
         position = None
         if len(self.window) >= self.config.min_profile_tuples:
             self.checks += 1
+            self.checked_costs[:] = costs
             position = self.violation(costs)
         changes = self._correct_at(position, costs)
         self.ns["violations"] += time.perf_counter_ns() - t0
@@ -197,6 +198,7 @@ class Reoptimizer:
                 window.ring, window.ts, window.state, self._now, window.window_ms or 0,
                 self.hist, self.view, self.patterns, window.codes, minimum, costs, self.alpha,
                 self.parents, self.kernel_corrects, self._before, self.z, self.checkpoint,
+                self.checked_costs,
             )  # fmt: skip
         return self._window_args
 
@@ -365,7 +367,7 @@ class AGreedyPlus(AGreedy):
     ):
         super().__init__(n_filters, config, order, parents)
         self.z = config.confidence_z
-        self._drifted = False
+        self.drifted = False
         self.checkpoint = new_checkpoint(config.min_profile_tuples)
         if config.p_floor < 1.0:
             self.adaptive = AdaptiveRate(
