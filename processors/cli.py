@@ -294,10 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="latency: offered records/s (default: half the measured capacity)",
     )
     bench.add_argument(
-        "--normal-scheduling",
+        "--realtime",
         action="store_true",
-        help="latency: run the worker without --realtime (default: with it, where permitted, "
-        "so that the publisher and the broker on the same cores do not delay its threads)",
+        help="latency: run the worker with --realtime (real-time scheduling where permitted), "
+        "so that the publisher and the broker on the same cores do not delay its threads",
     )
     bench.add_argument(
         "--spread",

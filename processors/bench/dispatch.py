@@ -48,7 +48,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             only=getattr(args, "only", None),
             rate=getattr(args, "rate", None),
             spread=getattr(args, "spread", False),
-            realtime=not getattr(args, "normal_scheduling", False),
+            realtime=getattr(args, "realtime", False),
         )
     if args.what == "peers":
         from processors.bench.peers import run_peers_bench

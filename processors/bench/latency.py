@@ -211,7 +211,7 @@ def run_one(
     seconds: float,
     rate: float | None = None,
     spread: bool = False,
-    realtime: bool = True,
+    realtime: bool = False,
 ) -> dict:
     run = f"lat-{kind}-{time.strftime('%H%M%S')}"
     prefix, result = run, f"{run}.out"
@@ -297,12 +297,12 @@ def run_latency_bench(
     only: str | None = None,
     rate: float | None = None,
     spread: bool = False,
-    realtime: bool = True,
+    realtime: bool = False,
 ) -> dict[str, Any]:
     """The filter, the join and the GROUP BY (or ``only`` one of QUERIES), offered ``rate``
     records/s (default: half the measured capacity) for ``seconds``; ``spread``: every tick on
     every input partition; ``realtime``: the worker asks for real-time scheduling (its
-    ``--realtime``; it runs as before where that is not permitted, and the JSON's
+    ``--realtime``; it runs as before where that is not permitted; the JSON's
     ``worker_scheduling`` says what it got)."""
     if only is not None and only not in QUERIES:
         raise ValueError(f"--only: one of {sorted(QUERIES)}, not {only!r}")
