@@ -356,20 +356,25 @@ def test_a_cost_change_is_acted_on_at_the_floor(index_path: bool) -> None:
     assert stage.profile_tuples == profiled  # no profile tuple came before the change
 
 
+def _integration_test_stage() -> FilterStage:
+    """The integration test's three filters under A-Greedy+, costs fixed (3, 2, 1)."""
+    config = OrderingConfig(
+        "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
+        costs=(3.0, 2.0, 1.0),
+    )  # fmt: skip
+    return FilterStage(
+        [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
+         Compare("temperature", "<", 25.0)], config,
+    )  # fmt: skip
+
+
 def test_a_partition_reorders_when_a_batch_straddles_the_change() -> None:
     """A batch holds the end of phase 1 and the start of phase 2 (as when a worker reads both
     as one backlog), and it is one of the floor's profiled batches: its counters drift, and
     its samples, taken mostly before the change, are dropped. (Kept, they filled the 200-tuple
     window; one small batch later p was at its floor, and the old order held to the end.)"""
     first, second = _partitions_of_two_phases()[3]
-    config = OrderingConfig(
-        "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
-        costs=(3.0, 2.0, 1.0),
-    )  # fmt: skip
-    stage = FilterStage(
-        [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
-         Compare("temperature", "<", 25.0)], config,
-    )  # fmt: skip
+    stage = _integration_test_stage()
     start = 0  # phase 1 in batches of 100 up to a profiled batch 800-1,500 tuples from its end
     while not (stage.reoptimizer.profile_probability > 0 and len(first) - start <= 1_500):
         stage.process(first.slice(start, start + 100))
@@ -388,14 +393,7 @@ def test_a_change_in_the_last_batch_is_acted_on() -> None:
     not profiled: its counters drift and its later half is profiled again at the maximum p,
     so the order changes before the partition's input ends (it once stayed as it was)."""
     for p, (first, second) in enumerate(_partitions_of_two_phases()):
-        config = OrderingConfig(
-            "agreedy", profile_probability=0.5, window_tuples=200, min_profile_tuples=20,
-            costs=(3.0, 2.0, 1.0),
-        )  # fmt: skip
-        stage = FilterStage(
-            [Compare("ok", "==", True), Compare("humidity", ">", 10.0),
-             Compare("temperature", "<", 25.0)], config,
-        )  # fmt: skip
+        stage = _integration_test_stage()
         for start in range(0, len(first), 500):
             stage.process(first.slice(start, min(len(first), start + 500)))
         assert stage.order_names[0] == "temperature < 25.0"
