@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the worker's threads under real-time scheduling (SCHED_RR) when the system "
         "permits (root or CAP_SYS_NICE): on cores shared with the broker or producers, its "
-        "latency no longer waits for the scheduler",
+        "latency no longer waits for the scheduler; not for a worker that runs saturated "
+        "beside its broker, whose cores it would take",
     )
     worker.add_argument(
         "--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"]
