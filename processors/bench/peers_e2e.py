@@ -20,7 +20,7 @@ from typing import Any
 
 from processors.bench import peers_data as D
 from processors.bench.ingest import PARTITIONS
-from processors.bench.peers_run import Sampler, figures, run_program
+from processors.bench.peers_run import figures, run_program, run_worker_until
 from processors.bench.peers_venv import PROGRAMS
 
 QUERY = """\
@@ -58,24 +58,12 @@ def answer(bootstrap: str, topic: str) -> dict[str, Any]:
 def run_streamon(bootstrap: str, state: Path, topic: str, records: int, count: int,
                  timeout: float) -> dict[str, Any]:  # fmt: skip
     """One streamon worker runs the filter query until its result topic holds ``count``."""
-    from processors.commands.launcher import WorkerProcess, wait_for_count
-
     run = f"peers-streamon-{time.strftime('%H%M%S')}"
     out = f"{run}.out"
     query = state / f"{run}.py"
     query.write_text(QUERY.format(topic=topic, result=out, name=run, p=PARTITIONS,
                                   where=D.streamon_where()))  # fmt: skip
-    launched = time.time()
-    worker = WorkerProcess(query, bootstrap=bootstrap, state_dir=state, worker_id=run,
-                           loglevel="warn")  # fmt: skip
-    sampler = Sampler(worker.proc.pid)
-    try:
-        seen = wait_for_count(bootstrap, out, count, timeout, workers=[worker])
-        if seen < count:
-            raise RuntimeError(f"streamon delivered {seen} of {count}; see {worker.log_path}")
-    finally:
-        worker.stop()
-        sampler.stop()
+    launched, sampler = run_worker_until(query, bootstrap, state, run, out, count, timeout)
     got = answer(bootstrap, out)
     result = {"records": records, **got}
     result.update(figures(records, got["t0"], got["t1"], sampler, launched, got["t0"]))

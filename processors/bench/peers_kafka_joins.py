@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from processors.bench import peers_data as D
-from processors.bench.peers_run import Sampler, figures
+from processors.bench.peers_run import figures, run_worker_until
 
 PARTITIONS = 4
 #: how long a partition with no new records holds back the join's event time (the query
@@ -76,7 +76,6 @@ def result_answer(workload: str, rows: list[dict[str, Any]]) -> tuple[int, int, 
 def run_streamon_join(workload: str, inputs: list[dict[str, np.ndarray]], range_ms: int,
                       expected: int, timeout: float) -> dict[str, Any]:  # fmt: skip
     """Publish, run one worker until ``expected`` results, read them back; see the module doc."""
-    from processors.commands.launcher import WorkerProcess, wait_for_count
     from processors.commands.network_query import query_plan
     from processors.commands.publish import publish_batch
     from processors.runtime.broker import start_broker, stop_broker
@@ -103,19 +102,9 @@ def run_streamon_join(workload: str, inputs: list[dict[str, np.ndarray]], range_
             text = join_query(workload, prefix, out, range_ms)
             query = state / f"{prefix}.cql"
             query.write_text(text)
-            launched = time.time()
-            worker = WorkerProcess(query, bootstrap=bootstrap, state_dir=state, worker_id=prefix,
-                                   loglevel="warn")  # fmt: skip
-            sampler = Sampler(worker.proc.pid)
-            try:
-                seen = wait_for_count(bootstrap, out, expected, timeout, workers=[worker])
-                if seen < expected:
-                    raise RuntimeError(f"{seen} of {expected} results; see {worker.log_path}")
-                while (more := wait_for_count(bootstrap, out, 1 << 60, 3.0)) > seen:
-                    seen = more  # the retractions (and inserts) still on their way
-            finally:
-                worker.stop()
-                sampler.stop()
+            # settled: the retractions (and inserts) still on their way are read back too
+            launched, sampler = run_worker_until(query, bootstrap, state, prefix, out, expected,
+                                                 timeout, settle_s=3.0)  # fmt: skip
             schema, store = query_plan(text).output_schema, SchemaStore(load=False)
             store.add(schema)
             got = [r for r in read_topic(bootstrap, out)

@@ -143,3 +143,33 @@ def run_program(
         )  # fmt: skip
     )
     return result
+
+
+def run_worker_until(
+    query: Path,
+    bootstrap: str,
+    state: Path,
+    worker_id: str,
+    out: str,
+    count: int,
+    timeout: float,
+    settle_s: float = 0.0,
+) -> tuple[float, Sampler]:
+    """A streamon worker on ``query``, stopped once ``out`` holds ``count`` records (and, with
+    ``settle_s``, once no more came for that long); its launch time and its CPU/RSS sampler."""
+    from processors.commands.launcher import WorkerProcess, wait_for_count
+
+    launched = time.time()
+    worker = WorkerProcess(query, bootstrap=bootstrap, state_dir=state, worker_id=worker_id,
+                           loglevel="warn")  # fmt: skip
+    sampler = Sampler(worker.proc.pid)
+    try:
+        seen = wait_for_count(bootstrap, out, count, timeout, workers=[worker])
+        if seen < count:
+            raise RuntimeError(f"streamon delivered {seen} of {count}; see {worker.log_path}")
+        while settle_s and (more := wait_for_count(bootstrap, out, 1 << 60, settle_s)) > seen:
+            seen = more
+    finally:
+        worker.stop()
+        sampler.stop()
+    return launched, sampler
