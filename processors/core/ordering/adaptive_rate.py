@@ -99,5 +99,5 @@ class AdaptiveRate:
 
     def advance(self, reset: bool, size: int) -> float:
         """The next batch's p (see ``kernels.drift.next_rate``). (After an order change the
-        next drift test restarts the reference of the positions whose prefix changed.)"""
+        next drift test restarts every position's reference: ``kernels.drift.align_reference``.)"""
         return float(next_rate(self.rate, reset, size))
