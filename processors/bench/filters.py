@@ -12,13 +12,12 @@ Each A-Greedy figure is measured for A-Greedy+ (``agreedy``, the default) and, u
   median over rounds of six batches (``overhead_all_batches``: over all of them);
 - ``optimal_gap``: for n = 2..6, the largest 1 - rate(A-Greedy) / rate(Optimal) after
   convergence, where Optimal runs the exact best order (from the workload's truth) with no
-  profiling (``optimal_gap_to_10``: n = 2..10; ``optimal_gap_by_n``: each n). The stages
-  process the same batches in turns balanced for carry-over (``balanced_turns``) so that all
-  see the same machine state; the gap is the median over rounds (one block of turns, each
-  round a rate comparison of its own), and ``gap_all_batches`` the one over all batches. A
-  second Optimal stage takes its turns too (an A/A control): its gap to the first,
-  ``optimal_gap_noise_by_n`` (the largest magnitude: ``optimal_gap_noise``, n = 2..6), is what
-  the measure reads where there is no difference;
+  profiling (``optimal_gap_to_10``: n = 2..10; ``optimal_gap_by_n``: each n). Each
+  algorithm and an Optimal stage of its own process the same batches in turns balanced for
+  carry-over and batch parity, in several replicates (see :func:`optimal_gap`);
+  ``gap_all_batches`` is over all batches. Optimal against a second Optimal stage, measured
+  the same way, is an A/A control: ``optimal_gap_noise_by_n`` (the largest magnitude:
+  ``optimal_gap_noise``, n = 2..6) is what the measure reads where there is no difference;
 - ``settle_tuples_median``: tuples to settle after a change, the median over the 8 random
   changes of Figs 16-18 (:mod:`processors.bench.filters_settle` defines settling);
 - ``agent_vs_passthrough`` (unless ``--no-kafka``): end to end through Kafka, the filter query's
@@ -28,6 +27,7 @@ Each A-Greedy figure is measured for A-Greedy+ (``agreedy``, the default) and, u
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -114,88 +114,131 @@ def balanced_turns(k: int) -> list[list[int]]:
     return rows if k % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
+GAP_REPLICATES = 6  # pairs of fresh stages per algorithm and n (see optimal_gap)
+GAP_TUPLES_PER_STAGE_TUPLE = 24  # optimal_gap's tuples per algorithm: 96M at --tuples 4M
+GAP_WARM_BATCHES = 8
+
+
+def _gap_pair(
+    n: int, seed: int, make: Callable[[list[InIndex]], FilterStage], best: list[int],
+    tuples: int, batch: int, optimal_first: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """One replicate of :func:`optimal_gap`: a fresh stage from ``make`` and a fresh Optimal
+    stage take turns (AB, BA) on the same batches; the gap per round of two batches. Which of
+    the two is built first (and so where its buffers lie) alternates between replicates."""
+    run = FilterWorkloadRun(FilterWorkload(n=n, window_rate=0.0, seed=seed))
+    run.next_batch(200_000)  # the sample the optimal order was found on
+    predicates = workload_predicates(run)
+
+    def optimal() -> FilterStage:
+        return FilterStage(predicates, OrderingConfig("fixed"), initial_order=best)
+
+    if optimal_first:
+        second = optimal()
+        pair = (make(predicates), second)
+    else:
+        pair = (make(predicates), optimal())
+    for _ in range(GAP_WARM_BATCHES):
+        b, _ = run.next_batch(batch)
+        for stage in pair:
+            stage.process(b)
+    base = dict(pair[0].ns)
+    spent, in_round, rounds = [0, 0], [0, 0], []
+    turns = balanced_turns(2)
+    turns += turns[::-1]  # AB BA BA AB: each goes first on even and odd batches alike
+    done = turn = 0
+    while done < tuples:
+        b, _ = run.next_batch(batch)
+        for i in turns[turn % 4]:
+            t0 = _cpu_ns()
+            pair[i].process(b)
+            took = _cpu_ns() - t0
+            spent[i] += took
+            in_round[i] += took
+        turn += 1
+        done += len(b)
+        if turn % 4 == 0 or done >= tuples:
+            rounds.append(1.0 - in_round[1] / in_round[0])
+            in_round = [0, 0]
+    stage = pair[0]
+    parts = {k: stage.ns[k] - base[k] for k in base}
+    total = sum(parts.values())
+    return {
+        "gap": float(np.median(rounds)),
+        "gap_all_batches": 1.0 - spent[1] / spent[0],
+        "round_gaps": rounds,
+        "tuples_per_s": done / (spent[0] / 1e9),
+        "optimal_tuples_per_s": done / (spent[1] / 1e9),
+        "overhead_fraction": 1 - parts["tuple_processing"] / total if total else 0.0,
+        "stage": stage,
+    }
+
+
 def optimal_gap(
     n: int,
     tuples: int = 2_000_000,
     batch: int = 65_536,
     seed: int = 1,
     algorithms: tuple[str, ...] = ALGORITHMS,
+    replicates: int = GAP_REPLICATES,
 ) -> dict[str, Any]:
     """Each A-Greedy version against the optimal fixed order on the same batches, after
     convergence. Returns A-Greedy+'s figures under the old keys and each algorithm's under
-    ``by_algorithm``."""
+    ``by_algorithm``.
+
+    Each algorithm is measured in pairs with an Optimal stage of its own, the two taking
+    turns on every batch, AB BA BA AB: the stage that runs second on a batch finds it in
+    cache (about 30% faster), and batches of even and odd number differ in cost, so each goes
+    first on as many batches of each parity (turns in a fixed rotation of several stages
+    left the A/A control at up to 2%). A pair of fresh stages is a replicate (which one is
+    built first alternates); the gap is the median over ``replicates`` of each one's median
+    over rounds of four batches. ``tuples`` is per algorithm, split over the replicates.
+    Measured: the A/A control reads within +-0.003 at n = 2..10 (docs/benchmarks.md)."""
     run = FilterWorkloadRun(FilterWorkload(n=n, window_rate=0.0, seed=seed))
     # the truth of a large sample gives the exact optimal order (unit costs: one probe each)
     sample, passes = run.next_batch(200_000)
     best, _ = optimal_order(~passes)
-    predicates = workload_predicates(run)
-    stages = {a: FilterStage(predicates, OrderingConfig(a, seed=seed)) for a in algorithms}
-    stages["optimal"] = FilterStage(predicates, OrderingConfig("fixed"), initial_order=best)
-    # the A/A control: the same order and stage again, measured like the others
-    stages["twin"] = FilterStage(predicates, OrderingConfig("fixed"), initial_order=best)
-    names = list(stages)
-    for _ in range(8):
-        b, _ = run.next_batch(batch)
-        for stage in stages.values():
-            stage.process(b)
-    spent = dict.fromkeys(names, 0)
-    base = {a: dict(stages[a].ns) for a in algorithms}
-    done = 0
-    # rounds of one block of balanced turns: each gap is the median of the rounds' gaps, so
-    # that a round in which other processes on this shared machine took the core from one of
-    # the stages does not decide the figure (each round is a whole rate comparison)
-    rounds: dict[str, list[float]] = {a: [] for a in (*algorithms, "twin")}
-    in_round = dict.fromkeys(names, 0)
-    turns = balanced_turns(len(names))
-    turn = 0
-    while done < tuples:
-        b, _ = run.next_batch(batch)
-        # who goes first finds the batch out of cache, who follows a like stage finds it in
-        for name in (names[i] for i in turns[turn % len(turns)]):
-            t0 = _cpu_ns()
-            stages[name].process(b)
-            took = _cpu_ns() - t0
-            spent[name] += took
-            in_round[name] += took
-        turn += 1
-        done += len(b)
-        if turn % len(turns) == 0 or done >= tuples:
-            for a in rounds:
-                rounds[a].append(1.0 - in_round["optimal"] / in_round[a])
-            in_round = dict.fromkeys(names, 0)
-    rate = {k: done / (v / 1e9) for k, v in spent.items()}
-    # how good the order is, apart from what adapting costs: expected probes per tuple
-    # (eq. 1, unit costs) of the final order against the optimal one
     drops = ~passes
+    makers: dict[str, Callable[[list[InIndex]], FilterStage]] = {
+        a: (lambda preds, a=a: FilterStage(preds, OrderingConfig(a, seed=seed)))  # type: ignore[misc]
+        for a in algorithms
+    }
+    # the A/A control: Optimal against Optimal, measured like the others
+    makers["twin"] = lambda preds: FilterStage(preds, OrderingConfig("fixed"), initial_order=best)
+    each = max(tuples // replicates, batch)
     by: dict[str, dict[str, Any]] = {}
-    for a in algorithms:
-        parts = {k: stages[a].ns[k] - base[a][k] for k in base[a]}
-        total = sum(parts.values())
+    for a, make in makers.items():
+        reps = [_gap_pair(n, seed, make, best, each, batch, r % 2 == 1) for r in range(replicates)]
+        stages = [r.pop("stage") for r in reps]
         by[a] = {
-            "order_cost_ratio": order_cost(stages[a].order, drops) / order_cost(best, drops),
-            "overhead_fraction": 1 - parts["tuple_processing"] / total,
-            "tuples_per_s": rate[a],
-            "gap": float(np.median(rounds[a])),
-            "gap_all_batches": 1.0 - rate[a] / rate["optimal"],
-            "round_gaps": rounds[a],
-            "order": stages[a].order_names,
-            "changes": stages[a].changes_total,
-            "profile_probability": stages[a].mean_profile_probability,
+            "gap": float(np.median([r["gap"] for r in reps])),
+            "replicate_gaps": [r["gap"] for r in reps],
+            "gap_all_batches": float(np.median([r["gap_all_batches"] for r in reps])),
+            "round_gaps": [g for r in reps for g in r["round_gaps"]],
+            "tuples_per_s": float(np.median([r["tuples_per_s"] for r in reps])),
+            "optimal_tuples_per_s": float(np.median([r["optimal_tuples_per_s"] for r in reps])),
+            "overhead_fraction": float(np.median([r["overhead_fraction"] for r in reps])),
+            "order_cost_ratio": max(order_cost(s.order, drops) for s in stages)
+            / order_cost(best, drops),
+            "order": stages[0].order_names,
+            "changes": stages[0].changes_total,
+            "profile_probability": stages[0].mean_profile_probability,
         }
+    twin = by.pop("twin")
     main = by[algorithms[0]]
     return {
         "n": n,
         "order_cost_ratio": main["order_cost_ratio"],
         "agreedy_overhead_fraction": main["overhead_fraction"],
         "agreedy_tuples_per_s": main["tuples_per_s"],
-        "optimal_tuples_per_s": rate["optimal"],
+        "optimal_tuples_per_s": main["optimal_tuples_per_s"],
         "gap": main["gap"],
         "gap_all_batches": main["gap_all_batches"],
-        "noise": float(np.median(rounds["twin"])),  # the A/A control's gap
-        "noise_round_gaps": rounds["twin"],
+        "noise": twin["gap"],  # the A/A control's gap
+        "noise_replicate_gaps": twin["replicate_gaps"],
         "round_gaps": main["round_gaps"],
         "agreedy_order": main["order"],
-        "optimal_order": stages["optimal"].order_names,
+        "optimal_order": [f"F{f + 1}" for f in best],
         "by_algorithm": by,
     }
 
@@ -213,7 +256,7 @@ def run_filters_bench(tuples: int = 16_000_000, kafka: bool = True) -> dict[str,
         )
     gaps = []
     for n in range(2, MAX_GAP_N + 1):
-        g = optimal_gap(n, tuples=max(2 * tuples, 500_000))
+        g = optimal_gap(n, tuples=max(GAP_TUPLES_PER_STAGE_TUPLE * tuples, 500_000))
         for a, r in g["by_algorithm"].items():
             _say(
                 f"  n={n} {a}: {r['tuples_per_s']:,.0f}/s, Optimal "

@@ -138,6 +138,7 @@ def _index_pass(  # type: ignore[no-untyped-def]
     repeats,
     hits,
     ticks,
+    profile_cycles,
 ):
     """The body of :func:`run_index_filters` (without the window part)."""
     n = order.shape[0]
@@ -170,7 +171,9 @@ def _index_pass(  # type: ignore[no-untyped-def]
                 cols[f], keys[f], masks[f], zeros[f], probes[f], k, f, samples, n_samples,
                 dropped_at, bits, codes, mode, j, extras, repeats,
             )  # fmt: skip
-            profiled += cycles() - t1
+            spent = cycles() - t1
+            profile_cycles[f] += spent
+            profiled += spent
     hits[0] = extra
     ticks[0] = profiled
     ticks[1] = n_samples
@@ -208,7 +211,8 @@ class Sampling(NamedTuple):
     """Drop profiling of one batch: probability ``p`` in runs of ``run`` rows drawn from the
     SplitMix64 counter ``state`` into ``samples``; their drop positions and bits (or bit
     patterns ``codes``); the variant ``mode`` (``j``: Sweep's profiled position); per filter id,
-    ``extras`` and ``repeats`` count the profiling evaluations (see :func:`_profile_position`)."""
+    ``extras`` and ``repeats`` count the profiling evaluations (see :func:`_profile_position`)
+    and ``cycles`` the :func:`cycles` spent profiling at each filter (A-Greedy+'s a_i)."""
 
     p: float
     run: int
@@ -221,6 +225,7 @@ class Sampling(NamedTuple):
     j: int
     extras: np.ndarray
     repeats: np.ndarray
+    cycles: np.ndarray
 
 
 @njit(cache=True, inline="always")
@@ -231,10 +236,11 @@ def _run(filters, main, prof):  # type: ignore[no-untyped-def]
     at each call, which matters for small batches."""
     cols, keys, masks, zeros, probes = filters
     order, sels, size, counts, evaluations, main_cycles, hits, ticks = main
-    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats = prof
+    p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, prof_cycles = prof
     return _index_pass(
         cols, keys, masks, zeros, probes, order, sels, size, counts, evaluations, main_cycles,
         p, run, state, samples, dropped_at, bits, codes, mode, j, extras, repeats, hits, ticks,
+        prof_cycles,
     )  # fmt: skip
 
 
@@ -292,4 +298,26 @@ def run_index_filters_adaptive(filters, main, prof, window, adapt):  # type: ign
     r = absorb_samples(dropped_at, kept, bits, codes, order, mode, j, window)
     ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = r
     next_rate(rate, drifted >= 0 or r[2] > 0, r[3])
+    return m
+
+
+@njit(cache=True)
+def run_index_filters_watching(filters, main, prof, adapt, window_parts):  # type: ignore[no-untyped-def]
+    """A-Greedy+ on a batch it does not profile (``prof.p`` 0, most batches at p's floor):
+    :func:`run_index_filters` and the drift test of :func:`run_index_filters_adaptive`,
+    without the window's arguments (numba unboxes each argument at every call, and the
+    window's eighteen cost more than the rest of a small batch's call). With no samples the
+    window and view do not change, so there is nothing to check; on drift the window is
+    emptied here. ``window_parts`` is (state, patterns, hist, view, checkpoint)."""
+    m = _run(filters, main, prof)
+    order, counts, ticks = main[0], main[3], main[7]
+    ref, params, rate, out = adapt
+    state, patterns, hist, view, checkpoint = window_parts
+    drifted = drift_check(counts, order, ref, params)
+    out[0] = drifted
+    if drifted >= 0:
+        clear_window(state, patterns, hist, view)
+        resort_restart(checkpoint)
+    ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = 0, -1, 0, state[1], 0, 0
+    next_rate(rate, drifted >= 0, state[1])
     return m

@@ -8,8 +8,9 @@ is counted and kept in ``stats()`` (and logged: the first at once, then at most 
 LOG_EVERY_S; see :mod:`processors.stages.plan_changes`), with a run-time breakdown like Table 2.
 
 Filters that all probe hash indexes (Section 9's) run the whole batch, profiling and
-A-Greedy's re-optimization in one kernel call (``kernels.profile_view``), which times its parts
-with the CPU's cycle counter; other filter kinds run one call per position.
+A-Greedy's re-optimization in one kernel call (:mod:`processors.stages.filter_index_pass`),
+which times its parts with the CPU's cycle counter; other filter kinds run one call per
+position.
 """
 
 from __future__ import annotations
@@ -29,14 +30,9 @@ from processors.core.ordering.reoptimizers import OrderChange, make_reoptimizer
 from processors.core.plan import LogicalPlan
 from processors.core.predicates import InIndex, Predicate, plan_predicates
 from processors.kernels.drift import costs_moved
-from processors.kernels.index_filters import (
-    run_index_filters,
-    run_index_filters_absorbing,
-    run_index_filters_adaptive,
-)
-from processors.kernels.intrinsics import ns_per_cycle
 from processors.kernels.profiling import finish_profiles, mark_dropped, profile_step, sample_rows
 from processors.stages.base import StageBase
+from processors.stages.filter_index_pass import PROFILE_RUN, IndexPass
 from processors.stages.plan_changes import PlanChanges
 
 log = logging.getLogger(__name__)
@@ -48,7 +44,6 @@ BREAKDOWN = (
     "view_update",
     "violations",
 )
-PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
 COST_SAMPLE_EVERY = 4  # time the filters on every 4th batch: a_i drifts slowly, clocks cost
 
 
@@ -103,18 +98,11 @@ class FilterStage(StageBase):
         self._hits = np.zeros(1, dtype=np.int64)
         # whether this batch's kernel call chose the next p; whether it re-measured the a_i
         self._rate_done, self._recheck = True, False
-        # all filters index probes: profile a batch in one kernel call (see _profile_indexes)
+        # all filters index probes: a batch in one kernel call (processors.stages.
+        # filter_index_pass), where the CPU has a cycle counter
         self._index_filters = self.n > 0 and all(type(p) is InIndex for p in self.predicates)
-        # cycles of profiling in the main-pass kernel call, the batch's number of samples, and
-        # what the re-optimizer's part of the call returned (run_index_filters_absorbing)
-        self._ticks = np.zeros(8, dtype=np.int64)
-        self._indexes = [getattr(p, "index", None) for p in self.predicates]
-        self._probes = tuple(int(getattr(p, "probes", 1)) for p in self.predicates)
-        self._batch_evals = np.zeros(self.n, dtype=np.int64)
-        self._main_cycles = np.zeros(self.n, dtype=np.int64)
-        self._cost_buf = np.zeros(self.n, dtype=np.float64)
-        self._ns_per_cycle = ns_per_cycle() if self._index_filters else 0.0
-        if self._index_filters and not self._ns_per_cycle:  # no cycle counter: per-position path
+        self._index_pass = IndexPass(self) if self._index_filters else None
+        if self._index_pass is not None and not self._index_pass.available:
             self._index_filters = False
         self.profile_tuples = 0
         self.last_evaluations = 0  # filters evaluated for the last batch (main pass)
@@ -244,10 +232,10 @@ class FilterStage(StageBase):
         profiling = reopt.profiles and self.config.p > 0
         self._rate_done = reopt.adaptive is None
         self._recheck = False  # (the index filters' kernel checks again when the a_i moved)
-        if self._index_filters:
+        if self._index_filters and self._index_pass is not None:
             cols = self._index_columns(batch)
             if cols is not None:
-                return self._run_index_filters(cols, size, measure, profiling)
+                return self._index_pass.run(cols, size, measure, profiling)
         self._recheck = measure and reopt.adaptive is not None
         p = reopt.profile_probability  # A-Greedy+ at its floor: 0 on most batches
         n_samples = n_alive = n_dead = before_prev = 0
@@ -323,74 +311,6 @@ class FilterStage(StageBase):
                 return None
             cols.append(col if col.flags.c_contiguous else np.ascontiguousarray(col))
         return tuple(cols)
-
-    def _run_index_filters(
-        self, cols: tuple[np.ndarray, ...], size: int, measure: bool, profiling: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The main pass of index-probe filters, and their drop profiling, in one kernel call
-        (``kernels.index_filters.run_index_filters``). The kernel counts the cycles of each
-        filter's selection (for a_i) and of the profiling (charged to profile-tuple creation,
-        not to tuple processing)."""
-        reopt = self.reoptimizer
-        sels = self._sels
-        sels[0, :size] = self._rows[:size]
-        counts = np.zeros(self.n + 1, dtype=np.int64)
-        indexes = self._indexes
-        evals, cyc, ticks = self._batch_evals, self._main_cycles, self._ticks
-        evals[:] = 0
-        cyc[:] = 0
-        reopt_part = self.reoptimizer.profiles and profiling
-        # plain tuples in the field order of IndexFilters, MainPass and Sampling: numba types
-        # them faster per call than the NamedTuples
-        head = (
-            (
-                cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
-                tuple(ix.zero_slot for ix in indexes), self._probes,
-            ),
-            (reopt.order, sels, size, counts, evals, cyc, self._hits, ticks),
-            (
-                reopt.profile_probability if profiling else 0.0, PROFILE_RUN, self._rng_state,
-                self._samples,
-                self._dropped_at, self._bits, self._codes, reopt.mode, reopt.column,
-                self.profile_evaluations, self.profile_repeats,
-            ),
-        )  # fmt: skip
-        scale = self._ns_per_cycle
-        if reopt_part:  # the samples go to the re-optimizer in the same call
-            t0 = time.perf_counter_ns()
-            costs = self.costs.values()
-            window = reopt.kernel_window(self.clock_ms(), costs)
-            t1 = time.perf_counter_ns()
-            adaptive = reopt.adaptive
-            if adaptive is None:
-                run_index_filters_absorbing(*head, window)
-            else:  # A-Greedy+: drift test and the next p in the same call
-                run_index_filters_adaptive(*head, window, adaptive.args)
-                adaptive.booked(int(adaptive.out[0]))
-                self._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
-            t2 = time.perf_counter_ns()
-            m, found, moved, size, window_cycles, check_cycles = ticks[2:].tolist()
-            changes = reopt.absorbed(m, found, moved, size, window_cycles, check_cycles, costs)
-            self.profile_tuples += m
-            for change in changes:
-                self._report(change)
-            # the re-optimizer's part of the call is not tuple processing; nor is the Python
-            # that sets it up, books it and reports changes (charged to violation handling)
-            window_ns, check_ns = int(window_cycles * scale), int(check_cycles * scale)
-            glue_ns = (t1 - t0) + (time.perf_counter_ns() - t2)
-            self._reopt_ns += window_ns + check_ns + glue_ns
-            self.ns["view_update"] += window_ns
-            self.ns["violations"] += check_ns + glue_ns
-        else:
-            run_index_filters(*head)
-        self._profile_ns += int(ticks[0] * scale)
-        self.evaluations += evals
-        if measure:  # filters that ran on fewer than min_tuples tuples are skipped
-            start = time.perf_counter_ns()
-            self.costs.record_all(np.multiply(cyc, scale, out=self._cost_buf), evals)
-            self._cost_ns += time.perf_counter_ns() - start
-        self.last_evaluations = int(counts[: self.n].sum())
-        return sels, counts
 
     def _absorb(self, m: int) -> bool:
         """Hand this batch's profile tuples to the re-optimizer; returns whether it reordered."""

@@ -1,0 +1,169 @@
+"""The filter stage's path for filters that all probe hash indexes (Section 9's): the main pass,
+its drop profiling and the re-optimizer's part of a batch in one kernel call
+(:mod:`processors.kernels.index_filters`), which times its parts with the CPU's cycle counter.
+
+Two departures from the paper for A-Greedy+ (docs/adaptive-filters.md, "Costs from the
+profiling" and "Batches it does not profile"):
+
+- its a_i come from the profiling's probes, not the main pass's: at position k a filter runs
+  on the rows the k filters before it left, scattered over the batch, and its time per row
+  grows with k however cheap the filter is, so a_i measured in place keep late filters late
+  (Section 4's a_i is a property of the filter). Profiling evaluates every sample at every
+  filter on the same rows, so its times compare filters and not positions;
+- a batch it does not profile (most batches at p's floor) runs a kernel without the profile
+  window's arguments: the window and its view cannot change, so only the drift test runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from processors.kernels.drift import costs_moved
+from processors.kernels.index_filters import (
+    run_index_filters,
+    run_index_filters_absorbing,
+    run_index_filters_adaptive,
+    run_index_filters_watching,
+)
+from processors.kernels.intrinsics import ns_per_cycle
+
+if TYPE_CHECKING:
+    from processors.stages.filter_stage import FilterStage
+
+PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
+#: profiling evaluations per filter that make one a_i sample (CostEstimates' min_tuples)
+PROFILE_COST_EVALUATIONS = 64
+
+
+class IndexPass:
+    """Buffers and kernel calls of one :class:`FilterStage` whose filters all probe indexes
+    (``available`` False: no cycle counter here, the stage runs its per-position path)."""
+
+    def __init__(self, stage: FilterStage) -> None:
+        self.stage = stage
+        n = stage.n
+        self.indexes = [getattr(p, "index", None) for p in stage.predicates]
+        self.probes = tuple(int(getattr(p, "probes", 1)) for p in stage.predicates)
+        # cycles of profiling in the main-pass kernel call, the batch's number of samples, and
+        # what the re-optimizer's part of the call returned (run_index_filters_absorbing)
+        self.ticks = np.zeros(8, dtype=np.int64)
+        self.evals = np.zeros(n, dtype=np.int64)
+        self.main_cycles = np.zeros(n, dtype=np.int64)
+        self.cost_buf = np.zeros(n, dtype=np.float64)
+        self.profile_cycles = np.zeros(n, dtype=np.int64)  # per filter, this batch's profiling
+        # A-Greedy+'s a_i from the profiling: cycles and evaluations not yet recorded
+        self.pending_cycles = np.zeros(n, dtype=np.float64)
+        self.pending_evals = np.zeros(n, dtype=np.float64)
+        self.ns_per_cycle = ns_per_cycle()
+        self.available = self.ns_per_cycle > 0.0
+
+    def run(
+        self, cols: tuple[np.ndarray, ...], size: int, measure: bool, profiling: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's main pass (``size`` rows of ``cols``, the probed columns by filter id),
+        its profiling and the re-optimizer's part; the selections and counts per position."""
+        st = self.stage
+        reopt = st.reoptimizer
+        adaptive = reopt.adaptive
+        sels = st._sels
+        sels[0, :size] = st._rows[:size]
+        counts = np.zeros(st.n + 1, dtype=np.int64)
+        evals, cyc, ticks = self.evals, self.main_cycles, self.ticks
+        evals[:] = 0
+        cyc[:] = 0
+        self.profile_cycles[:] = 0
+        p = reopt.profile_probability if profiling else 0.0
+        # A-Greedy+ takes its a_i from this batch's profiling (see the module's docstring)
+        costed = adaptive is not None and p > 0.0 and st.costs.measured
+        before = st.profile_evaluations + st.profile_repeats if costed else None
+        indexes = self.indexes
+        # plain tuples in the field order of IndexFilters, MainPass and Sampling: numba types
+        # them faster per call than the NamedTuples
+        head = (
+            (
+                cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
+                tuple(ix.zero_slot for ix in indexes), self.probes,
+            ),
+            (reopt.order, sels, size, counts, evals, cyc, st._hits, ticks),
+            (
+                p, PROFILE_RUN, st._rng_state, st._samples, st._dropped_at, st._bits, st._codes,
+                reopt.mode, reopt.column, st.profile_evaluations, st.profile_repeats,
+                self.profile_cycles,
+            ),
+        )  # fmt: skip
+        scale = self.ns_per_cycle
+        costs = st.costs.values()
+        if (
+            adaptive is not None
+            and profiling
+            and p == 0.0
+            and not costs_moved(costs, reopt.checked_costs)
+        ):
+            # A-Greedy+ between profiled batches: the drift test alone (a few hundred cycles,
+            # left in tuple processing)
+            window = reopt.window
+            parts = (window.state, reopt.patterns, reopt.hist, reopt.view, reopt.checkpoint)
+            run_index_filters_watching(*head, adaptive.args, parts)
+            adaptive.booked(int(adaptive.out[0]))
+            st._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
+        elif reopt.profiles and profiling:  # the samples go to the re-optimizer in the same call
+            self._absorbing(head, costs)
+        else:
+            run_index_filters(*head)
+        st._profile_ns += int(ticks[0] * scale)
+        st.evaluations += evals
+        if measure and adaptive is None:  # filters that ran on fewer than min_tuples: skipped
+            start = time.perf_counter_ns()
+            st.costs.record_all(np.multiply(cyc, scale, out=self.cost_buf), evals)
+            st._cost_ns += time.perf_counter_ns() - start
+        if before is not None and ticks[1] > 0:
+            start = time.perf_counter_ns()
+            self._profile_costs(st.profile_evaluations + st.profile_repeats - before)
+            st._cost_ns += time.perf_counter_ns() - start
+        st.last_evaluations = int(counts[: st.n].sum())
+        return sels, counts
+
+    def _absorbing(self, head: tuple[tuple[object, ...], ...], costs: np.ndarray) -> None:
+        """The kernel call that also absorbs the samples and checks for (A-Greedy: corrects)
+        a violation; A-Greedy+'s also tests drift and chooses the next p."""
+        st = self.stage
+        reopt = st.reoptimizer
+        t0 = time.perf_counter_ns()
+        window = reopt.kernel_window(st.clock_ms(), costs)
+        t1 = time.perf_counter_ns()
+        adaptive = reopt.adaptive
+        if adaptive is None:
+            run_index_filters_absorbing(*head, window)
+        else:  # A-Greedy+: drift test and the next p in the same call
+            run_index_filters_adaptive(*head, window, adaptive.args)
+            adaptive.booked(int(adaptive.out[0]))
+            st._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
+        t2 = time.perf_counter_ns()
+        m, found, moved, size, window_cycles, check_cycles = self.ticks[2:].tolist()
+        changes = reopt.absorbed(m, found, moved, size, window_cycles, check_cycles, costs)
+        st.profile_tuples += m
+        for change in changes:
+            st._report(change)
+        # the re-optimizer's part of the call is not tuple processing; nor is the Python
+        # that sets it up, books it and reports changes (charged to violation handling)
+        scale = self.ns_per_cycle
+        window_ns, check_ns = int(window_cycles * scale), int(check_cycles * scale)
+        glue_ns = (t1 - t0) + (time.perf_counter_ns() - t2)
+        st._reopt_ns += window_ns + check_ns + glue_ns
+        st.ns["view_update"] += window_ns
+        st.ns["violations"] += check_ns + glue_ns
+
+    def _profile_costs(self, evaluations: np.ndarray) -> None:
+        """A-Greedy+: this batch's profiling cycles per filter join the pending ones, which
+        become a_i samples once every filter has PROFILE_COST_EVALUATIONS evaluations."""
+        self.pending_cycles += self.profile_cycles
+        self.pending_evals += evaluations
+        if self.pending_evals.min() < PROFILE_COST_EVALUATIONS:
+            return
+        ns = np.multiply(self.pending_cycles, self.ns_per_cycle, out=self.cost_buf)
+        self.stage.costs.record_all(ns, self.pending_evals)
+        self.pending_cycles[:] = 0.0
+        self.pending_evals[:] = 0.0
