@@ -26,7 +26,7 @@ from processors.kernels.index_filters import (
     run_index_filters,
     run_index_filters_absorbing,
     run_index_filters_adaptive,
-    run_index_filters_watching,
+    watch_drift,
 )
 from processors.kernels.intrinsics import ns_per_cycle
 
@@ -34,8 +34,12 @@ if TYPE_CHECKING:
     from processors.stages.filter_stage import FilterStage
 
 PROFILE_RUN = 16  # profiled rows come in runs of neighbours (see kernels.profile_view)
-#: profiling evaluations per filter that make one a_i sample (CostEstimates' min_tuples)
-PROFILE_COST_EVALUATIONS = 64
+#: profiling evaluations per filter that make one a_i sample: the first few samples at
+#: CostEstimates' minimum (a small partition's a_i come soon), then more (each sample costs a
+#: kernel call with a median per filter: once a profiled batch at p's floor was 0.4% of the
+#: stage's time)
+PROFILE_COST_EVALUATIONS = (64, 1024)
+PROFILE_COST_FIRST_SAMPLES = 8
 
 
 class IndexPass:
@@ -57,6 +61,7 @@ class IndexPass:
         # A-Greedy+'s a_i from the profiling: cycles and evaluations not yet recorded
         self.pending_cycles = np.zeros(n, dtype=np.float64)
         self.pending_evals = np.zeros(n, dtype=np.float64)
+        self.cost_samples = 0
         self.ns_per_cycle = ns_per_cycle()
         self.available = self.ns_per_cycle > 0.0
 
@@ -106,7 +111,8 @@ class IndexPass:
             # left in tuple processing)
             window = reopt.window
             parts = (window.state, reopt.patterns, reopt.hist, reopt.view, reopt.checkpoint)
-            run_index_filters_watching(*head, adaptive.args, parts)
+            run_index_filters(*head)
+            watch_drift(counts, reopt.order, ticks, adaptive.args, parts)
             adaptive.booked(int(adaptive.out[0]))
             st._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
         elif reopt.profiles and profiling:  # the samples go to the re-optimizer in the same call
@@ -161,8 +167,12 @@ class IndexPass:
         become a_i samples once every filter has PROFILE_COST_EVALUATIONS evaluations."""
         self.pending_cycles += self.profile_cycles
         self.pending_evals += evaluations
-        if self.pending_evals.min() < PROFILE_COST_EVALUATIONS:
+        few, many = PROFILE_COST_EVALUATIONS
+        if self.pending_evals.min() < (
+            few if self.cost_samples < PROFILE_COST_FIRST_SAMPLES else many
+        ):
             return
+        self.cost_samples += 1
         ns = np.multiply(self.pending_cycles, self.ns_per_cycle, out=self.cost_buf)
         self.stage.costs.record_all(ns, self.pending_evals)
         self.pending_cycles[:] = 0.0

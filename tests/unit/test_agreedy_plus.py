@@ -172,7 +172,7 @@ def test_small_batches_add_up_and_a_young_reference_still_tests() -> None:
 
 def test_the_rate_drops_to_its_floor_once_the_window_holds_enough_and_jumps_back() -> None:
     # [p now, floor, max, -, enough, K, batches at the floor, p next]
-    rate = np.array([0.01, 0.01 / 16, 0.01, 0.0, 250.0, 8.0, 0.0, 0.01])
+    rate = np.array([0.01, 0.01 / 16, 0.01, 0.0, 250.0, 8.0, 0.0, 0.01])  # K = 8 here
     assert next_rate(rate, False, 100) == 0.01
     assert next_rate(rate, False, 249) == 0.01
     # at the floor: one batch in 8 at 8 times the floor, the others not profiled
@@ -375,10 +375,10 @@ def test_a_partition_reorders_when_a_batch_straddles_the_change() -> None:
     window; one small batch later p was at its floor, and the old order held to the end.)"""
     first, second = _partitions_of_two_phases()[3]
     stage = _integration_test_stage()
-    start = 0  # phase 1 in batches of 100 up to a profiled batch 800-1,500 tuples from its end
-    while not (stage.reoptimizer.profile_probability > 0 and len(first) - start <= 1_500):
-        stage.process(first.slice(start, start + 100))
-        start += 100
+    start = 0  # phase 1 in batches of 50 up to a profiled batch 800-1,700 tuples from its end
+    while not (stage.reoptimizer.profile_probability > 0 and len(first) - start <= 1_700):
+        stage.process(first.slice(start, start + 50))
+        start += 50
     assert stage.order_names[0] == "temperature < 25.0" and len(first) - start >= 800
     stage.process(Batch.concat([first.slice(start, len(first)), second.slice(0, 200)]))
     assert stage.reoptimizer.adaptive is not None and stage.reoptimizer.adaptive.drifts == 1
