@@ -72,7 +72,7 @@ def timeline(
     number for the order it used (``*_expected``); ``optimal`` is the phase's optimal order on
     the same batch.
     """
-    warm_up()
+    warm_up(workload)
     batch = TIMELINE_BATCH
     costs = [1] * workload.n
     change = int(workload.change_every or 0)
