@@ -20,7 +20,13 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from processors.kernels.drift import clear_window, drift_check, next_rate, resort_restart
+from processors.kernels.drift import (
+    clear_window,
+    costs_moved,
+    drift_check,
+    next_rate,
+    resort_restart,
+)
 from processors.kernels.hash_index import home_slot, index_contains, probe_key, select_in_index
 from processors.kernels.intrinsics import cycles, prefetch
 from processors.kernels.profile_view import (
@@ -301,15 +307,20 @@ def run_index_filters_adaptive(filters, main, prof, window, adapt):  # type: ign
     return m
 
 
+WATCH_COSTS_MOVED = -2  # watch_drift: no drift, but an a_i moved since the last check
+
+
 @njit(cache=True)
-def watch_drift(counts, order, ticks, adapt, window_parts):  # type: ignore[no-untyped-def]
+def watch_drift(counts, order, ticks, adapt, window_parts, costs, checked):  # type: ignore[no-untyped-def]
     """A-Greedy+ after :func:`run_index_filters` on a batch it did not profile (``prof.p`` 0,
     most batches at p's floor): the drift test of :func:`run_index_filters_adaptive`, without
     the window's arguments (numba unboxes each argument at every call). With no samples the
-    window and view do not change, so there is nothing to check; on drift the window is
-    emptied here. ``window_parts`` is (state, patterns, hist, view, checkpoint). (A separate
-    call, not one with the main pass: the main pass compiled into a kernel of its own ran
-    ~0.5% slower than :func:`run_index_filters`, the Optimal stage's.)"""
+    window and view do not change, so there is nothing to check unless an a_i (``costs``)
+    moved since the last check (``checked``; :func:`costs_moved`). On drift the window is
+    emptied here. ``window_parts`` is (state, patterns, hist, view, checkpoint). Returns the
+    drifting position, else WATCH_COSTS_MOVED when the caller should check again, else -1.
+    (After :func:`run_index_filters`, Optimal's kernel, rather than in one kernel with it: the
+    same machine code for the main pass as the stage it is measured against.)"""
     ref, params, rate, out = adapt
     state, patterns, hist, view, checkpoint = window_parts
     drifted = drift_check(counts, order, ref, params)
@@ -319,4 +330,6 @@ def watch_drift(counts, order, ticks, adapt, window_parts):  # type: ignore[no-u
         resort_restart(checkpoint)
     ticks[2], ticks[3], ticks[4], ticks[5], ticks[6], ticks[7] = 0, -1, 0, state[1], 0, 0
     next_rate(rate, drifted >= 0, state[1])
+    if drifted < 0 and costs_moved(costs, checked):
+        return WATCH_COSTS_MOVED
     return drifted

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from processors.kernels.drift import costs_moved
 from processors.kernels.index_filters import (
+    WATCH_COSTS_MOVED,
     run_index_filters,
     run_index_filters_absorbing,
     run_index_filters_adaptive,
@@ -62,6 +62,7 @@ class IndexPass:
         self.pending_cycles = np.zeros(n, dtype=np.float64)
         self.pending_evals = np.zeros(n, dtype=np.float64)
         self.cost_samples = 0
+        self.watch_parts: tuple[np.ndarray, ...] | None = None  # watch_drift's window arrays
         self.ns_per_cycle = ns_per_cycle()
         self.available = self.ns_per_cycle > 0.0
 
@@ -79,11 +80,13 @@ class IndexPass:
         evals, cyc, ticks = self.evals, self.main_cycles, self.ticks
         evals[:] = 0
         cyc[:] = 0
-        self.profile_cycles[:] = 0
         p = reopt.profile_probability if profiling else 0.0
-        # A-Greedy+ takes its a_i from this batch's profiling (see the module's docstring)
-        costed = adaptive is not None and p > 0.0 and st.costs.measured
-        before = st.profile_evaluations + st.profile_repeats if costed else None
+        before = None
+        if p > 0.0:
+            self.profile_cycles[:] = 0
+            # A-Greedy+ takes its a_i from this batch's profiling (see the module's docstring)
+            if adaptive is not None and st.costs.measured:
+                before = st.profile_evaluations + st.profile_repeats
         indexes = self.indexes
         # plain tuples in the field order of IndexFilters, MainPass and Sampling: numba types
         # them faster per call than the NamedTuples
@@ -101,20 +104,23 @@ class IndexPass:
         )  # fmt: skip
         scale = self.ns_per_cycle
         costs = st.costs.values()
-        if (
-            adaptive is not None
-            and profiling
-            and p == 0.0
-            and not costs_moved(costs, reopt.checked_costs)
-        ):
+        if adaptive is not None and profiling and p == 0.0:
             # A-Greedy+ between profiled batches: the drift test alone (a few hundred cycles,
-            # left in tuple processing)
-            window = reopt.window
-            parts = (window.state, reopt.patterns, reopt.hist, reopt.view, reopt.checkpoint)
+            # left in tuple processing); an a_i that moved is checked by the stage, in Python
+            if self.watch_parts is None:  # the re-optimizer's arrays are never replaced
+                window = reopt.window
+                parts = (window.state, reopt.patterns, reopt.hist, reopt.view, reopt.checkpoint)
+                self.watch_parts = parts
             run_index_filters(*head)
-            watch_drift(counts, reopt.order, ticks, adaptive.args, parts)
-            adaptive.booked(int(adaptive.out[0]))
-            st._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
+            found = watch_drift(
+                counts, reopt.order, ticks, adaptive.args, self.watch_parts, costs,
+                reopt.checked_costs,
+            )  # fmt: skip
+            st._rate_done, reopt.drifted = True, found >= 0
+            if found >= 0:
+                adaptive.drifts += 1
+            elif found == WATCH_COSTS_MOVED:
+                st._recheck = True
         elif reopt.profiles and profiling:  # the samples go to the re-optimizer in the same call
             self._absorbing(head, costs)
         else:
