@@ -333,3 +333,28 @@ def watch_drift(counts, order, ticks, adapt, window_parts, costs, checked):  # t
     if drifted < 0 and costs_moved(costs, checked):
         return WATCH_COSTS_MOVED
     return drifted
+
+
+@njit(cache=True)
+def profile_index_rows(filters, rows, k, bits):  # type: ignore[no-untyped-def]
+    """Profile tuples of ``rows[:k]`` (ascending), each evaluated on every filter, in one call
+    (what ``core.ordering.profile.profile_rows`` does with a call per filter and per mark):
+    the rows some filter drops are written to ``bits`` (1: filter f drops it), first to last;
+    returns how many. A filter of cost c makes its c - 1 extra probes too, as everywhere."""
+    cols, keys, masks, zeros, probes = filters
+    n = bits.shape[1]
+    m = 0
+    extra = 0
+    for s in range(k):
+        row = rows[s]
+        dropped = False
+        for f in range(n):
+            key = cols[f][row]
+            ok = index_contains(keys[f], masks[f], zeros[f], key)
+            for q in range(1, probes[f]):
+                extra += index_contains(keys[f], masks[f], zeros[f], probe_key(key, q))
+            bits[m, f] = np.uint8(0 if ok else 1)
+            dropped = dropped or not ok
+        if dropped:
+            m += 1
+    return m if extra >= 0 else -1  # (extra keeps the extra probes from being optimised away)

@@ -23,6 +23,7 @@ import numpy as np
 
 from processors.kernels.index_filters import (
     WATCH_COSTS_MOVED,
+    profile_index_rows,
     run_index_filters,
     run_index_filters_absorbing,
     run_index_filters_adaptive,
@@ -137,6 +138,17 @@ class IndexPass:
             st._cost_ns += time.perf_counter_ns() - start
         st.last_evaluations = int(counts[: st.n].sum())
         return sels, counts
+
+    def profile_rows(self, cols: tuple[np.ndarray, ...], rows: np.ndarray) -> int:
+        """Profile tuples of ``rows`` (ascending) of the batch whose probed columns are
+        ``cols``, each evaluated on every filter, into the stage's bit rows; how many (A-Greedy+
+        profiling a drifting batch again: one call instead of two per filter)."""
+        indexes = self.indexes
+        filters = (
+            cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
+            tuple(ix.zero_slot for ix in indexes), self.probes,
+        )  # fmt: skip
+        return int(profile_index_rows(filters, rows, len(rows), self.stage._bits))
 
     def _absorbing(self, head: tuple[tuple[object, ...], ...], costs: np.ndarray) -> None:
         """The kernel call that also absorbs the samples and checks for (A-Greedy: corrects)

@@ -333,7 +333,12 @@ class FilterStage(StageBase):
         start = time.perf_counter_ns()
         first = prof.change_row(sels, counts, int(self.reoptimizer.adaptive.out[0]), size)  # type: ignore[union-attr]
         k = sample_rows(size - first, self.config.p, PROFILE_RUN, self._rng_state, self._samples)
-        m = prof.profile_rows(self.predicates, batch, self._samples[:k] + first, self._bits)
+        rows = self._samples[:k] + first
+        cols = self._index_columns(batch) if self._index_filters else None
+        if cols is not None and self._index_pass is not None:
+            m = self._index_pass.profile_rows(cols, rows)
+        else:
+            m = prof.profile_rows(self.predicates, batch, rows, self._bits)
         self.ns["profile_tuple_creation"] += time.perf_counter_ns() - start
         return self._absorb(m)
 

@@ -261,3 +261,26 @@ def test_index_filters_profile_as_the_per_position_path_does(algorithm: str, win
         assert fused.reoptimizer.view.tolist() == plain.reoptimizer.view.tolist()
     assert stages[0].changes_total == stages[1].changes_total > 0
     assert stages[0].profile_tuples > 0
+
+
+@pytest.mark.parametrize("costs", [(1, 1, 1, 1), (1, 3, 1, 10)])
+def test_profiling_rows_in_one_call_gives_the_per_filter_calls_bits(costs: tuple[int, ...]) -> None:
+    """A drifting batch's second profiling (A-Greedy+) runs in one kernel call for index-probe
+    filters: the same profile tuples as the per-filter calls of ``profile.profile_rows``."""
+    from processors.bench.filters import workload_predicates
+    from processors.core.ordering import profile
+    from processors.workloads.filters import FilterWorkload, FilterWorkloadRun
+
+    run = FilterWorkloadRun(FilterWorkload(n=4, costs=costs, seed=3))
+    stage = FilterStage(workload_predicates(run), OrderingConfig("agreedy", costs=(1.0,) * 4))
+    batch, passes = run.next_batch(5_000)
+    stage.process(batch)  # sizes the buffers
+    assert stage._index_pass is not None
+    cols = stage._index_columns(batch)
+    assert cols is not None
+    rows = np.sort(np.random.default_rng(1).choice(5_000, 700, replace=False)).astype(np.int64)
+    m = stage._index_pass.profile_rows(cols, rows)
+    expected = np.zeros_like(stage._bits)
+    k = profile.profile_rows(stage.predicates, batch, rows, expected)
+    assert m == k == int((~passes[rows]).any(axis=1).sum()) > 0
+    assert stage._bits[:m].tolist() == expected[:k].tolist()
