@@ -174,3 +174,36 @@ def new_reference(n: int) -> np.ndarray:
     ref = np.zeros((REF_ORDER + 1, max(n, 1)), dtype=np.float64)
     ref[REF_ORDER] = -1.0
     return ref
+
+
+CHANGE_LEVEL = 1.63  # the Kolmogorov distribution's 1% point (a Brownian bridge's maximum)
+
+
+@njit(cache=True)
+def change_row(sels, counts, k, size):  # type: ignore[no-untyped-def]
+    """The first row after the pass rate at position ``k`` changed within a batch (``sels[k]``:
+    the rows that reached k, ascending, ``sels[k + 1]`` those that passed; ``counts``, how
+    many): after the largest excursion of the centred running sum of its pass indicators, if
+    that is significant at the 1% level (CUSUM, a Brownian bridge's maximum), else 0 (the
+    batch is taken to be new as a whole, the change to have come before it). One pass over
+    the rows (``size`` is the batch's, unused here; numpy's version took ~160 µs a drift at
+    10,000 rows, a tenth of A-Greedy+'s overhead at Fig. 19's shortest period)."""
+    reached, passed = counts[k], counts[k + 1]
+    if reached < 2 or passed == 0 or passed == reached:
+        return 0
+    mean = passed / reached
+    j = 0
+    walk = 0.0
+    best = -1.0
+    at = 0
+    for i in range(reached):
+        x = 0.0
+        if j < passed and sels[k + 1, j] == sels[k, i]:
+            x = 1.0
+            j += 1
+        walk += x - mean
+        if abs(walk) > best:
+            best = abs(walk)
+            at = i
+    noise = np.sqrt(reached * mean * (1.0 - mean))
+    return sels[k, at] + 1 if best > CHANGE_LEVEL * noise else 0

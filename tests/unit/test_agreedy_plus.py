@@ -400,3 +400,39 @@ def test_a_change_in_the_last_batch_is_acted_on() -> None:
         stage.process(second)
         assert stage.reoptimizer.adaptive is not None and stage.reoptimizer.adaptive.drifts == 1
         assert stage.order_names[0] == "humidity > 10.0", (p, stage.stats()["recent_changes"])
+
+
+def _change_row_numpy(sels: np.ndarray, counts: np.ndarray, k: int, size: int) -> int:
+    """The oracle: the same CUSUM in numpy, as the stage first computed it."""
+    from processors.kernels.drift import CHANGE_LEVEL
+
+    reach = sels[k, : counts[k]]
+    flag = np.zeros(size, dtype=np.bool_)
+    flag[sels[k + 1, : counts[k + 1]]] = True
+    x = flag[reach].astype(np.float64)
+    if len(x) < 2 or not 0.0 < x.mean() < 1.0:
+        return 0
+    walk = np.abs(np.cumsum(x - x.mean()))
+    t = int(np.argmax(walk))
+    noise = np.sqrt(len(x) * x.mean() * (1.0 - x.mean()))
+    return int(reach[t]) + 1 if walk[t] > CHANGE_LEVEL * noise else 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_change_row_kernel_equals_numpy(seed: int) -> None:
+    """A drifting batch's change row (kernels.drift.change_row) against numpy's CUSUM, on
+    batches with a change at a random row, without one, and with all or none passing."""
+    from processors.core.ordering.profile import change_row
+
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(2, 3_000))
+    reach = np.sort(rng.choice(size, int(rng.integers(0, size + 1)), replace=False))
+    cut = int(rng.integers(0, len(reach) + 1))
+    before, after = rng.random(2) if seed % 4 else (seed % 8 / 4.0, seed % 8 / 4.0)
+    p = np.where(np.arange(len(reach)) < cut, before, after)
+    passed = reach[rng.random(len(reach)) < p]
+    sels = np.zeros((3, size), dtype=np.int64)
+    sels[1, : len(reach)] = reach
+    sels[2, : len(passed)] = passed
+    counts = np.array([size, len(reach), len(passed)], dtype=np.int64)
+    assert change_row(sels, counts, 1, size) == _change_row_numpy(sels, counts, 1, size)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from processors.kernels.costs import record_costs
+from processors.kernels.drift import change_row as drift_change_row
 from processors.kernels.profile_view import DIAGONAL_AND_COLUMN, TWO_DIAGONALS
 from processors.kernels.profiling import mark_dropped
 
@@ -190,22 +191,7 @@ def profile_rows(predicates: Sequence[Any], batch: Any, rows: np.ndarray, bits: 
     return len(dropped)
 
 
-CHANGE_LEVEL = 1.63  # the Kolmogorov distribution's 1% point (a Brownian bridge's maximum)
-
-
 def change_row(sels: np.ndarray, counts: np.ndarray, k: int, size: int) -> int:
-    """The first row after the pass rate at position ``k`` changed within a batch (``sels[k]``:
-    the rows that reached k, ``sels[k + 1]`` those that passed; ``counts``, how many): after
-    the largest excursion of the centred running sum of its pass indicators, if that is
-    significant at the 1% level (CUSUM, a Brownian bridge's maximum), else 0 (the batch is
-    taken to be new as a whole, the change to have come before it)."""
-    reach = sels[k, : counts[k]]
-    flag = np.zeros(size, dtype=np.bool_)
-    flag[sels[k + 1, : counts[k + 1]]] = True
-    x = flag[reach].astype(np.float64)
-    if len(x) < 2 or not 0.0 < x.mean() < 1.0:
-        return 0
-    walk = np.abs(np.cumsum(x - x.mean()))
-    t = int(np.argmax(walk))
-    noise = np.sqrt(len(x) * x.mean() * (1.0 - x.mean()))
-    return int(reach[t]) + 1 if walk[t] > CHANGE_LEVEL * noise else 0
+    """The first row of a drifting batch from which position ``k``'s pass rate is new
+    (:func:`processors.kernels.drift.change_row`: CUSUM over its pass indicators)."""
+    return int(drift_change_row(sels, counts, k, size))
