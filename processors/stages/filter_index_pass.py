@@ -2,16 +2,18 @@
 its drop profiling and the re-optimizer's part of a batch in one kernel call
 (:mod:`processors.kernels.index_filters`), which times its parts with the CPU's cycle counter.
 
-Two departures from the paper for A-Greedy+ (docs/adaptive-filters.md, "Costs from the
-profiling" and "Batches it does not profile"):
+Two departures from the paper for A-Greedy+ (docs/adaptive-filters.md, sections 6 and 7):
 
 - its a_i come from the profiling's probes, not the main pass's: at position k a filter runs
   on the rows the k filters before it left, scattered over the batch, and its time per row
   grows with k however cheap the filter is, so a_i measured in place keep late filters late
   (Section 4's a_i is a property of the filter). Profiling evaluates every sample at every
   filter on the same rows, so its times compare filters and not positions;
-- a batch it does not profile (most batches at p's floor) runs a kernel without the profile
-  window's arguments: the window and its view cannot change, so only the drift test runs.
+- a batch it does not profile (15 in 16 at p's floor) runs Optimal's main-pass kernel and then
+  the drift test alone, without the profile window's arguments: with no sample the window and
+  its view cannot change, so there is nothing to check.
+
+A drifting batch's second profiling (A-Greedy+) also runs in one call here (``profile_rows``).
 """
 
 from __future__ import annotations
@@ -118,9 +120,8 @@ class IndexPass:
                 reopt.checked_costs,
             )  # fmt: skip
             st._rate_done, reopt.drifted = True, found >= 0
-            if found >= 0:
-                adaptive.drifts += 1
-            elif found == WATCH_COSTS_MOVED:
+            adaptive.booked(found)
+            if found == WATCH_COSTS_MOVED:
                 st._recheck = True
         elif reopt.profiles and profiling:  # the samples go to the re-optimizer in the same call
             self._absorbing(head, costs)
