@@ -13,14 +13,13 @@ data, and its answer is checked against the oracle of that prefix.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from processors.bench import peers_data as D
 from processors.bench.ingest import PARTITIONS
-from processors.bench.peers_run import figures, run_program, run_worker_until
+from processors.bench.peers_run import figures, run_program, run_worker_until, scratch_broker
 from processors.bench.peers_venv import PROGRAMS
 
 QUERY = """\
@@ -105,7 +104,6 @@ def run_e2e_filters(work: Path, peer_py: Path | None, records: int, faust_record
     """The three systems on one fresh broker; see the module docstring."""
     from processors.bench.peers import attempt
     from processors.commands.publish import publish_batch
-    from processors.runtime.broker import start_broker, stop_broker
     from topics.admin import ensure_topics
     from topics.avro import load_schema
     from topics.specs import TopicSpec
@@ -118,31 +116,26 @@ def run_e2e_filters(work: Path, peer_py: Path | None, records: int, faust_record
     pm = mask[:faust_records]
     prefix = (int(pm.sum()), D.reading_checksum(c["ts"][:faust_records][pm],
                                                 c["sensor_id"][:faust_records][pm]))  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="streamon-peers-broker-") as tmp:
-        broker_dir, state = Path(tmp) / "broker", Path(tmp) / "state"
-        broker_dir.mkdir()
+    with scratch_broker("streamon-peers-broker-") as (info, tmp):
+        state = tmp / "state"
         state.mkdir()
-        info = start_broker(broker_dir)
-        try:
-            bootstrap = info.bootstrap
-            topic, ftopic = "peers.readings", "peers.readings-prefix"
-            ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS), TopicSpec(ftopic, PARTITIONS)])
-            _say(f"broker {bootstrap}: publishing {records:,} readings ({faust_records:,} "
-                 f"to {ftopic} for plain Faust); {oracle[0]:,} pass the filters")  # fmt: skip
-            publish_batch(bootstrap, topic, batch, load_schema("reading"))
-            publish_batch(bootstrap, ftopic, batch.slice(0, faust_records), load_schema("reading"))
-            del batch, c, mask
-            systems = {
-                "streamon": attempt("streamon", lambda: run_streamon(
-                    bootstrap, state, topic, records, oracle[0], timeout)),
-                "quix": attempt("quix", lambda: run_peer(
-                    "quix_filters.py", peer_py, bootstrap, work, topic, records, timeout)),
-                "faust": attempt("faust", lambda: run_peer(
-                    "faust_filters.py", peer_py, bootstrap, work, ftopic, faust_records,
-                    timeout)),
-            }  # fmt: skip
-        finally:
-            stop_broker(broker_dir)
+        bootstrap = info.bootstrap
+        topic, ftopic = "peers.readings", "peers.readings-prefix"
+        ensure_topics(bootstrap, [TopicSpec(topic, PARTITIONS), TopicSpec(ftopic, PARTITIONS)])
+        _say(f"broker {bootstrap}: publishing {records:,} readings ({faust_records:,} "
+             f"to {ftopic} for plain Faust); {oracle[0]:,} pass the filters")  # fmt: skip
+        publish_batch(bootstrap, topic, batch, load_schema("reading"))
+        publish_batch(bootstrap, ftopic, batch.slice(0, faust_records), load_schema("reading"))
+        del batch, c, mask
+        systems = {
+            "streamon": attempt("streamon", lambda: run_streamon(
+                bootstrap, state, topic, records, oracle[0], timeout)),
+            "quix": attempt("quix", lambda: run_peer(
+                "quix_filters.py", peer_py, bootstrap, work, topic, records, timeout)),
+            "faust": attempt("faust", lambda: run_peer(
+                "faust_filters.py", peer_py, bootstrap, work, ftopic, faust_records,
+                timeout)),
+        }  # fmt: skip
     if "error" not in systems["faust"]:
         systems["faust"]["oracle"] = list(prefix)
     return {"systems": systems, "oracle": oracle, "records": records,

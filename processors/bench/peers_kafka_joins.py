@@ -11,15 +11,13 @@ records over the time between its first and last result record (produce timestam
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from processors.bench import peers_data as D
-from processors.bench.peers_run import figures, run_worker_until
+from processors.bench.peers_run import figures, run_worker_until, scratch_broker
 
 PARTITIONS = 4
 #: how long a partition with no new records holds back the join's event time (the query
@@ -78,7 +76,6 @@ def run_streamon_join(workload: str, inputs: list[dict[str, np.ndarray]], range_
     """Publish, run one worker until ``expected`` results, read them back; see the module doc."""
     from processors.commands.network_query import query_plan
     from processors.commands.publish import publish_batch
-    from processors.runtime.broker import start_broker, stop_broker
     from processors.runtime.producer import SIGN_HEADER
     from processors.workloads.network import packet_schema
     from topics.admin import ensure_topics, read_topic
@@ -86,32 +83,27 @@ def run_streamon_join(workload: str, inputs: list[dict[str, np.ndarray]], range_
     from topics.specs import TopicSpec
 
     records = sum(len(c["ts"]) for c in inputs)
-    with tempfile.TemporaryDirectory(prefix="streamon-peers-joins-") as tmp:
-        broker_dir, state = Path(tmp) / "broker", Path(tmp) / "state"
-        broker_dir.mkdir()
+    with scratch_broker("streamon-peers-joins-") as (info, tmp):
+        state = tmp / "state"
         state.mkdir()
-        info = start_broker(broker_dir)
-        try:
-            bootstrap, prefix = info.bootstrap, f"peers-{workload}-{time.strftime('%H%M%S')}"
-            out = f"{prefix}.out"
-            ensure_topics(bootstrap, [TopicSpec(f"{prefix}.r{i}", PARTITIONS)
-                                      for i in range(len(inputs))])  # fmt: skip
-            for i, cols in enumerate(inputs):
-                publish_batch(bootstrap, f"{prefix}.r{i}", as_packets(workload, cols),
-                              packet_schema())  # fmt: skip
-            text = join_query(workload, prefix, out, range_ms)
-            query = state / f"{prefix}.cql"
-            query.write_text(text)
-            # settled: the retractions (and inserts) still on their way are read back too
-            launched, sampler = run_worker_until(query, bootstrap, state, prefix, out, expected,
-                                                 timeout, settle_s=3.0)  # fmt: skip
-            schema, store = query_plan(text).output_schema, SchemaStore(load=False)
-            store.add(schema)
-            got = [r for r in read_topic(bootstrap, out)
-                   if (SIGN_HEADER, b"-1") not in r.headers]  # fmt: skip
-            rows = [decode_single_object(r.value or b"", schema, store) for r in got]
-        finally:
-            stop_broker(broker_dir)
+        bootstrap, prefix = info.bootstrap, f"peers-{workload}-{time.strftime('%H%M%S')}"
+        out = f"{prefix}.out"
+        ensure_topics(bootstrap, [TopicSpec(f"{prefix}.r{i}", PARTITIONS)
+                                  for i in range(len(inputs))])  # fmt: skip
+        for i, cols in enumerate(inputs):
+            publish_batch(bootstrap, f"{prefix}.r{i}", as_packets(workload, cols),
+                          packet_schema())  # fmt: skip
+        text = join_query(workload, prefix, out, range_ms)
+        query = state / f"{prefix}.cql"
+        query.write_text(text)
+        # settled: the retractions (and inserts) still on their way are read back too
+        launched, sampler = run_worker_until(query, bootstrap, state, prefix, out, expected,
+                                             timeout, settle_s=3.0)  # fmt: skip
+        schema, store = query_plan(text).output_schema, SchemaStore(load=False)
+        store.add(schema)
+        got = [r for r in read_topic(bootstrap, out)
+               if (SIGN_HEADER, b"-1") not in r.headers]  # fmt: skip
+        rows = [decode_single_object(r.value or b"", schema, store) for r in got]
     stamps = [r.timestamp_ms / 1000 for r in got]
     t0, t1 = min(stamps), max(stamps)
     count, checksum, total = result_answer(workload, rows)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from processors.bench.peers_run import run_program
+from processors.bench.peers_run import run_program, scratch_broker
 from processors.bench.peers_venv import PROGRAMS
 
 PARTITIONS = 4
@@ -44,27 +43,21 @@ def run_quix_join(workload: str, tables: list[dict[str, Any]], range_ms: int, re
     """Produce the inputs to a fresh broker, then run and measure the Quix app."""
     if peer_py is None:
         raise RuntimeError("no peer virtualenv")
-    from processors.runtime.broker import start_broker, stop_broker
     from topics.admin import ensure_topics
     from topics.specs import TopicSpec
 
-    with tempfile.TemporaryDirectory(prefix="streamon-peers-quix-") as tmp:
-        broker_dir, state = Path(tmp) / "broker", Path(tmp) / "quix-state"
-        broker_dir.mkdir()
-        info = start_broker(broker_dir)
-        try:
-            spec = quix_spec(workload, tables, info.bootstrap, range_ms, records, state)
-            ensure_topics(info.bootstrap, [TopicSpec(s["topic"], PARTITIONS)
-                                           for s in spec["inputs"]])  # fmt: skip
-            program = str(PROGRAMS / "quix_joins.py")
-            path = work / f"quix-{workload}.json"
-            path.write_text(json.dumps({**spec, "phase": "produce"}))
-            _say(f"  quix: producing {records:,} tuples to {info.bootstrap}")
-            with (work / f"quix-{workload}-produce.log").open("w") as log:
-                subprocess.run([str(peer_py), program, str(path)], check=True, stdout=log,
-                               stderr=subprocess.STDOUT, timeout=timeout)  # fmt: skip
-            path.write_text(json.dumps({**spec, "phase": "run"}))
-            return run_program([str(peer_py), program, str(path)], timeout,
-                               work / f"quix-{workload}.log")  # fmt: skip
-        finally:
-            stop_broker(broker_dir)
+    with scratch_broker("streamon-peers-quix-") as (info, tmp):
+        state = tmp / "quix-state"
+        spec = quix_spec(workload, tables, info.bootstrap, range_ms, records, state)
+        ensure_topics(info.bootstrap, [TopicSpec(s["topic"], PARTITIONS)
+                                       for s in spec["inputs"]])  # fmt: skip
+        program = str(PROGRAMS / "quix_joins.py")
+        path = work / f"quix-{workload}.json"
+        path.write_text(json.dumps({**spec, "phase": "produce"}))
+        _say(f"  quix: producing {records:,} tuples to {info.bootstrap}")
+        with (work / f"quix-{workload}-produce.log").open("w") as log:
+            subprocess.run([str(peer_py), program, str(path)], check=True, stdout=log,
+                           stderr=subprocess.STDOUT, timeout=timeout)  # fmt: skip
+        path.write_text(json.dumps({**spec, "phase": "run"}))
+        return run_program([str(peer_py), program, str(path)], timeout,
+                           work / f"quix-{workload}.log")  # fmt: skip

@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +175,19 @@ def run_worker_until(
         worker.stop()
         sampler.stop()
     return launched, sampler
+
+
+@contextmanager
+def scratch_broker(prefix: str) -> Iterator[tuple[Any, Path]]:
+    """A fresh embedded broker in a temporary directory, stopped and removed on exit: yields
+    its info (``.bootstrap``) and the directory, for the systems' own scratch files."""
+    from processors.runtime.broker import start_broker, stop_broker
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        broker_dir = Path(tmp) / "broker"
+        broker_dir.mkdir()
+        info = start_broker(broker_dir)
+        try:
+            yield info, Path(tmp)
+        finally:
+            stop_broker(broker_dir)
