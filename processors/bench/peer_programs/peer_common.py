@@ -1,8 +1,10 @@
-"""Shared by the peer programs (which must not import streamon): result lines and filters."""
+"""Shared by the peer programs (which must not import streamon): result lines, filters and the
+Quix application's settings."""
 
 from __future__ import annotations
 
 import json
+import logging
 import operator
 import os
 import sys
@@ -48,3 +50,21 @@ def make_filter(spec: Sequence[Sequence[Any]]) -> Callable[[dict[str, Any]], boo
 def fail(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def quix_application(spec: dict[str, Any], **extra: Any) -> Any:
+    """The Quix Streams ``Application`` both Quix programs run: the spec's broker and group,
+    from the earliest offset, the broker's short session timeout (DESIGN.md), no topic or
+    changelog created behind the bench's back; ``extra`` adds settings (``state_dir``)."""
+    from quixstreams import Application
+
+    return Application(
+        broker_address=spec["bootstrap"],
+        consumer_group=spec["group"],
+        auto_offset_reset="earliest",
+        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1500},
+        loglevel=logging.WARNING,
+        auto_create_topics=False,
+        use_changelog_topics=False,
+        **extra,
+    )

@@ -7,30 +7,20 @@ Stops once every input record was seen and the producer is flushed."""
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import time
 from pathlib import Path
 
 from avro_reading import reader
-from peer_common import emit, make_filter, now
+from peer_common import emit, make_filter, now, quix_application
 
 
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
-    from quixstreams import Application
     from quixstreams.models.serializers import BytesDeserializer, BytesSerializer
 
     decode, passes = reader(spec["schema"]), make_filter(spec["filters"])
-    app = Application(
-        broker_address=spec["bootstrap"],
-        consumer_group=spec["group"],
-        auto_offset_reset="earliest",
-        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1500},
-        loglevel=logging.WARNING,
-        auto_create_topics=False,
-        use_changelog_topics=False,
-    )
+    app = quix_application(spec)
     source = app.topic(spec["topic"], value_deserializer=BytesDeserializer())
     sink = app.topic(spec["out"], value_serializer=BytesSerializer())
     seen = {"n": 0, "t_first": 0.0}

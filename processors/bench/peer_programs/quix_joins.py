@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from peer_common import emit, now
+from peer_common import emit, now, quix_application
 
 MOD = 1_000_000_007
 
@@ -83,20 +82,10 @@ def result_hash(kind: str, v: dict[str, Any]) -> int:
 
 
 def run(spec: dict[str, Any]) -> None:
-    from quixstreams import Application
     from quixstreams.models.serializers import JSONDeserializer
 
     rng, kind, total = spec["range_ms"], spec["kind"], spec["records"]
-    app = Application(
-        broker_address=spec["bootstrap"],
-        consumer_group=spec["group"],
-        auto_offset_reset="earliest",
-        consumer_extra_config={"session.timeout.ms": 6000, "heartbeat.interval.ms": 1500},
-        loglevel=logging.WARNING,
-        auto_create_topics=False,
-        use_changelog_topics=False,
-        state_dir=spec["state_dir"],
-    )
+    app = quix_application(spec, state_dir=spec["state_dir"])
     seen = {"n": 0, "t_first": 0.0}
     acc = {"count": 0, "checksum": 0, "total": 0}
 
