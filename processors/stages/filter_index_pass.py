@@ -90,14 +90,10 @@ class IndexPass:
             # A-Greedy+ takes its a_i from this batch's profiling (see the module's docstring)
             if adaptive is not None and st.costs.measured:
                 before = st.profile_evaluations + st.profile_repeats
-        indexes = self.indexes
         # plain tuples in the field order of IndexFilters, MainPass and Sampling: numba types
         # them faster per call than the NamedTuples
         head = (
-            (
-                cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
-                tuple(ix.zero_slot for ix in indexes), self.probes,
-            ),
+            self._filters(cols),
             (reopt.order, sels, size, counts, evals, cyc, st._hits, ticks),
             (
                 p, PROFILE_RUN, st._rng_state, st._samples, st._dropped_at, st._bits, st._codes,
@@ -144,12 +140,16 @@ class IndexPass:
         """Profile tuples of ``rows`` (ascending) of the batch whose probed columns are
         ``cols``, each evaluated on every filter, into the stage's bit rows; how many (A-Greedy+
         profiling a drifting batch again: one call instead of two per filter)."""
+        return int(profile_index_rows(self._filters(cols), rows, len(rows), self.stage._bits))
+
+    def _filters(self, cols: tuple[np.ndarray, ...]) -> tuple[object, ...]:
+        """The kernels' IndexFilters bundle for the batch's probed ``cols`` (the indexes' arrays
+        are read at each batch: an index over a sliding window may reallocate them)."""
         indexes = self.indexes
-        filters = (
+        return (
             cols, tuple(ix.keys for ix in indexes), tuple(ix.mask for ix in indexes),
             tuple(ix.zero_slot for ix in indexes), self.probes,
         )  # fmt: skip
-        return int(profile_index_rows(filters, rows, len(rows), self.stage._bits))
 
     def _absorbing(self, head: tuple[tuple[object, ...], ...], costs: np.ndarray) -> None:
         """The kernel call that also absorbs the samples and checks for (A-Greedy: corrects)
