@@ -13,7 +13,9 @@ Two departures from the paper for A-Greedy+ (docs/adaptive-filters.md, sections 
   the drift test alone, without the profile window's arguments: with no sample the window and
   its view cannot change, so there is nothing to check.
 
-A drifting batch's second profiling (A-Greedy+) also runs in one call here (``profile_rows``).
+On a drifting batch A-Greedy+ keeps the samples from the change row on (in the kernel); a
+drifting batch it did not profile is profiled from the change row on in one call
+(``profile_rows``).
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class IndexPass:
                 counts, reopt.order, ticks, adaptive.args, self.watch_parts, costs,
                 reopt.checked_costs,
             )  # fmt: skip
-            st._rate_done, reopt.drifted = True, found >= 0
+            st._rate_done, st._drift_unprofiled = True, found >= 0
             adaptive.booked(found)
             if found == WATCH_COSTS_MOVED:
                 st._recheck = True
@@ -139,7 +141,7 @@ class IndexPass:
     def profile_rows(self, cols: tuple[np.ndarray, ...], rows: np.ndarray) -> int:
         """Profile tuples of ``rows`` (ascending) of the batch whose probed columns are
         ``cols``, each evaluated on every filter, into the stage's bit rows; how many (A-Greedy+
-        profiling a drifting batch again: one call instead of two per filter)."""
+        on a drifting batch it did not profile: one call instead of two per filter)."""
         return int(profile_index_rows(self._filters(cols), rows, len(rows), self.stage._bits))
 
     def _filters(self, cols: tuple[np.ndarray, ...]) -> tuple[object, ...]:
@@ -165,7 +167,7 @@ class IndexPass:
         else:  # A-Greedy+: drift test and the next p in the same call
             run_index_filters_adaptive(*head, window, adaptive.args)
             adaptive.booked(int(adaptive.out[0]))
-            st._rate_done, reopt.drifted = True, bool(adaptive.out[0] >= 0)
+            st._rate_done = True
         t2 = time.perf_counter_ns()
         m, found, moved, size, window_cycles, check_cycles = self.ticks[2:].tolist()
         changes = reopt.absorbed(m, found, moved, size, window_cycles, check_cycles, costs)

@@ -371,7 +371,7 @@ def _integration_test_stage() -> FilterStage:
 def test_a_partition_reorders_when_a_batch_straddles_the_change() -> None:
     """A batch holds the end of phase 1 and the start of phase 2 (as when a worker reads both
     as one backlog), and it is one of the floor's profiled batches: its counters drift, and
-    its samples, taken mostly before the change, are dropped. (Kept, they filled the 200-tuple
+    its samples from before the change row are left out. (Kept, they filled the 200-tuple
     window; one small batch later p was at its floor, and the old order held to the end.)"""
     first, second = _partitions_of_two_phases()[3]
     stage = _integration_test_stage()
@@ -390,8 +390,9 @@ def test_a_partition_reorders_when_a_batch_straddles_the_change() -> None:
 
 def test_a_change_in_the_last_batch_is_acted_on() -> None:
     """Phase 2 comes as one batch (a worker's backlog), at p's floor, where most batches are
-    not profiled: its counters drift and its later half is profiled again at the maximum p,
-    so the order changes before the partition's input ends (it once stayed as it was)."""
+    not profiled: its counters drift and, since it alone can refill the window, its later
+    half is profiled again at the maximum p, so the order changes before the partition's
+    input ends (it once stayed as it was)."""
     for p, (first, second) in enumerate(_partitions_of_two_phases()):
         stage = _integration_test_stage()
         for start in range(0, len(first), 500):

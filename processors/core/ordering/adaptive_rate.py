@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from processors.kernels.drift import (
+    ENOUGH,
     P_NEXT,
     P_NOW,
     clear_window,
@@ -69,6 +70,11 @@ class AdaptiveRate:
     def p(self) -> float:
         """The profiling probability for the next batch."""
         return float(self.rate[P_NEXT])
+
+    @property
+    def enough(self) -> float:
+        """Profile tuples from which p is at its floor (a window refilled after a drift)."""
+        return float(self.rate[ENOUGH])
 
     @property
     def mean_p(self) -> float:
