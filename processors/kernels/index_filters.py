@@ -326,10 +326,10 @@ def watch_drift(counts, order, ticks, adapt, window_parts, costs, checked):  # t
     the window's arguments (numba unboxes each argument at every call). With no samples the
     window and view do not change, so there is nothing to check unless an a_i (``costs``)
     moved since the last check (``checked``; :func:`costs_moved`). On drift the window is
-    emptied here (the stage then profiles the batch from its change row on:
-    :func:`profile_index_rows`). ``window_parts`` is (state,
-    patterns, hist, view, checkpoint). Returns the drifting position, else WATCH_COSTS_MOVED
-    when the caller should check again, else -1. (After :func:`run_index_filters`, Optimal's
+    emptied here (the stage may then profile the batch from its change row on:
+    :func:`profile_index_rows`). ``window_parts`` is (state, patterns, hist, view,
+    checkpoint). Returns the drifting position, else WATCH_COSTS_MOVED when the caller should
+    check again, else -1. (After :func:`run_index_filters`, Optimal's
     kernel, rather than in one kernel with it: the same machine code for the main pass as the
     stage it is measured against.)"""
     ref, params, rate, out = adapt

@@ -67,7 +67,7 @@ class Reoptimizer:
     z: float = 0.0
     # A-Greedy+'s adaptive profiling rate (None: profile at the configured p throughout)
     adaptive: AdaptiveRate | None = None
-    drifted = False  # A-Greedy+: this batch's pass counters drifted (its samples are dropped)
+    drifted = False  # A-Greedy+: this batch's pass counters drifted (per-position path)
 
     def __init__(
         self,
