@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -65,7 +66,16 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_before_start(signum: int, frame: object) -> None:
+    """SIGTERM before the worker's own handlers are in place: nothing has been read yet, so
+    stopping at once loses nothing (status 0, as a graceful stop)."""
+    raise SystemExit(0)
+
+
 def _worker(args: argparse.Namespace) -> int:
+    # the imports and set-up below take seconds; Faust's worker installs its graceful-stop
+    # handler when it starts, replacing this one
+    signal.signal(signal.SIGTERM, _stop_before_start)
     from processors.commands.queries import load_plan
     from processors.runtime.web_auth import ENV_WEB_TOKEN
     from processors.runtime.worker import WorkerOptions, run_worker

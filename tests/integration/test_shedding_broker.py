@@ -92,6 +92,7 @@ def test_a_worker_keeps_what_the_box_says_and_its_replacement_the_same(
         worker.kill()  # mid-stream: the replacement reads again from the last commit
         replacement = WorkerProcess(query, bootstrap=bootstrap, state_dir=tmp_path / "s2",
                                     worker_id="w2")  # fmt: skip
+        replacement.wait_holding([topic], 2)  # (the first may have written every result)
         wait_for_count(bootstrap, result, len(want), 90.0, [replacement])
         time.sleep(2.0)
     finally:
@@ -99,6 +100,21 @@ def test_a_worker_keeps_what_the_box_says_and_its_replacement_the_same(
     assert codes[-1] == 0, replacement.log_tail() if replacement else ""
     got = signed_result_rows(bootstrap, result, plan.output_schema, ("dst",))
     assert {dst for (_, dst) in got} == want  # repeats after the kill allowed, nothing else
+
+
+def test_a_worker_stopped_while_it_starts_exits_as_from_a_graceful_stop(
+    bootstrap: str, tmp_path: Path, topic_name: str
+) -> None:
+    """SIGTERM two seconds after the launch, while the worker still imports and sets up (it
+    once died of the signal, status -15, before Faust's handler was in place): status 0, and
+    nothing was read."""
+    topic, result, name = f"{topic_name}.in", f"{topic_name}.out", f"{topic_name}-early"
+    ensure_topics(bootstrap, [TopicSpec(topic, 2)])
+    query = tmp_path / "q.cql"
+    query.write_text(FILTER.format(topic=topic, name=name, result=result))
+    worker = WorkerProcess(query, bootstrap=bootstrap, state_dir=tmp_path / "s", worker_id="w1")
+    time.sleep(2.0)
+    assert worker.stop() == 0, worker.log_tail()
 
 
 def test_a_shed_join_gives_exactly_the_join_of_the_kept_records(
