@@ -15,10 +15,21 @@ from typing import Any
 
 def _registries() -> list[tuple[dict[str, Callable[[Path, float, int], list[Path]]], Any]]:
     """(EXPERIMENTS, run_experiment) of each experiment module."""
-    from processors.experiments import acache_fig12, caching, cost, filters, joins, scheduling
+    from processors.experiments import (
+        acache_fig12,
+        acache_joins,
+        acache_memory,
+        caching,
+        cost,
+        filters,
+        joins,
+        scheduling,
+    )
 
     return [
         (acache_fig12.EXPERIMENTS, acache_fig12.run_experiment),
+        (acache_joins.EXPERIMENTS, acache_joins.run_experiment),
+        (acache_memory.EXPERIMENTS, acache_memory.run_experiment),
         (caching.EXPERIMENTS, caching.run_experiment),
         (cost.EXPERIMENTS, cost.run_experiment),
         (filters.EXPERIMENTS, filters.run_experiment),
