@@ -33,7 +33,7 @@ from processors.stages.mjoin_stage import MJoinStage
 JOINS = (3, 4, 5, 6, 7)
 #: multiplicity of the join attribute in the streams that are not 1
 HIGH = 5
-VALUES = 1_500  # values streamed per point at scale 1
+VALUES = 8_000  # values streamed per point at scale 1
 WINDOW_VALUES = 50  # each ROWS window holds this many values' tuples
 PER_CHUNK = 8_192
 ROUNDS = 2
