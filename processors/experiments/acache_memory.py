@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from processors.bench.caching_data import NAMES, point_inputs
-from processors.bench.caching_plans import Run, agreedy_plan, drive, time_chunks, tree_plans
+from processors.bench.caching_plans import (
+    Run,
+    agreedy_plan,
+    drive,
+    star_predicates,
+    time_chunks,
+    tree_plans,
+)
 from processors.core.ordering.config import OrderingConfig
 from processors.experiments import plotting
 from processors.experiments.runner import Experiment, runner
@@ -44,8 +51,6 @@ COLUMNS = ["budget_kb", "MJoin", "XJoin", "adaptive", "adaptive_peak_kb", "xjoin
 
 
 def _adaptive(budget_bytes: int, seed: int) -> MJoinStage:
-    from processors.bench.caching_plans import star_predicates
-
     config = OrderingConfig(seed=seed, caching=True, cache_memory_mb=budget_bytes / 2**20)
     return MJoinStage(list(NAMES), star_predicates(len(NAMES)), config)
 
