@@ -29,6 +29,7 @@ from processors.bench.caching_plans import (
     Plan,
     Run,
     agreedy_plan,
+    alternate,
     cache_candidates,
     cache_plans,
     cache_subsets,
@@ -90,12 +91,10 @@ def measure_point(
         screened[plan.label] = run.rate
     finals = _finalists(plans, screened, finalists)
     full: dict[str, Run] = {}
-    for _ in range(rounds):
-        for plan in finals:
-            run = drive(plan.make(), chunks)
+    for plan, runs in zip(finals, alternate([p.make for p in finals], chunks, rounds), strict=True):
+        for run in runs:
             _check(run, ref, plan.label, "all deltas")
-            if plan.label not in full or run.rate > full[plan.label].rate:
-                full[plan.label] = run
+        full[plan.label] = max(runs, key=lambda r: r.rate)
     best = _best(finals, full)
     out: dict[str, Any] = {
         "rates": TABLE2[point][0],

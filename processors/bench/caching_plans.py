@@ -112,6 +112,19 @@ def drive(stage: MJoinStage, chunks: Chunks, sample_every: int = 8) -> Run:
     return run
 
 
+def alternate(
+    makes: Sequence[Callable[[], MJoinStage]], chunks: Chunks, rounds: int, sample_every: int = 8
+) -> list[list[Run]]:
+    """Each plan (a stage maker) run ``rounds`` times over ``chunks``, the plans taking turns
+    within each round (so that a slow spell of the machine hits them alike); every plan's runs
+    in order. Callers check each run and keep the fastest."""
+    runs: list[list[Run]] = [[] for _ in makes]
+    for _ in range(rounds):
+        for i, make in enumerate(makes):
+            runs[i].append(drive(make(), chunks, sample_every))
+    return runs
+
+
 def fix_orders(stage: MJoinStage, orders: Sequence[Sequence[int]]) -> None:
     """Set every pipeline's probe order (input indices), as a re-optimizer would."""
     for i, pipe in enumerate(stage.pipelines):

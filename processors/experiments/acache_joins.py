@@ -22,7 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from processors.bench.caching_plans import Run, agreedy_plan, drive, star_predicates, time_chunks
+from processors.bench.caching_plans import (
+    agreedy_plan,
+    alternate,
+    drive,
+    star_predicates,
+    time_chunks,
+)
 from processors.bench.mjoin import rows_window_deltas
 from processors.core.batch import Batch
 from processors.core.ordering.config import OrderingConfig
@@ -57,29 +63,20 @@ def _adaptive(names: list[str], seed: int) -> MJoinStage:
     return MJoinStage(names, star_predicates(len(names)), config)
 
 
-def measure(n: int, values: int, seed: int) -> dict[str, float | str]:
+def measure(n: int, values: int, seed: int) -> dict[str, float]:
+    """Both plans' rates on the n-way join's deltas, and the adaptive plan's caches."""
     names = [f"r{i + 1}" for i in range(n)]
     chunks = time_chunks(inputs(n, values), PER_CHUNK)
     mjoin = agreedy_plan(names, seed)
     warm = time_chunks(inputs(n, 4 * WINDOW_VALUES), PER_CHUNK)
     drive(mjoin.make(), warm)  # kernels compile outside the timed runs
     drive(_adaptive(names, seed), warm)
-    best: dict[str, Run] = {}
-    last_adaptive: MJoinStage | None = None
-    for _ in range(ROUNDS):
-        for label, make in (("MJoin", mjoin.make), ("adaptive", lambda: _adaptive(names, seed))):
-            stage = make()
-            run = drive(stage, chunks)
-            if label == "adaptive":
-                last_adaptive = stage
-            if label not in best or run.rate > best[label].rate:
-                best[label] = run
-    m, a = best["MJoin"], best["adaptive"]
+    m_runs, a_runs = alternate([mjoin.make, lambda: _adaptive(names, seed)], chunks, ROUNDS)
+    m, a = (max(runs, key=lambda r: r.rate) for runs in (m_runs, a_runs))
     if (a.results, a.inserts) != (m.results, m.inserts):
         raise RuntimeError(f"acache-number-of-joins: n = {n}: adaptive caching gave "
                            f"{a.results:,} result rows, the MJoin {m.results:,}")  # fmt: skip
-    assert last_adaptive is not None
-    caches = last_adaptive.stats().get("caches", {})
+    caches = a_runs[-1].stats.get("caches", {})  # the last adaptive run's, at its end
     return {
         "MJoin": m.rate,
         "adaptive": a.rate,

@@ -23,6 +23,7 @@ machine's byte counts are; ``scale`` multiplies the number of arrivals (200,000 
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from processors.bench.caching_data import NAMES, point_inputs
 from processors.bench.caching_plans import (
     Run,
     agreedy_plan,
+    alternate,
     drive,
     star_predicates,
     time_chunks,
@@ -43,7 +45,7 @@ from processors.stages.mjoin_stage import MJoinStage
 POINT = "d8"
 TUPLES = 200_000
 PER_CHUNK = 16_384
-#: runs of the MJoin and of adaptive caching at each budget, alternating (the best counts)
+#: runs of the MJoin and of adaptive caching at each budget, taking turns (the best counts)
 ROUNDS = 3
 #: budgets, as fractions of the smallest XJoin's peak subresult memory
 BUDGET_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0)
@@ -80,23 +82,20 @@ def measure(tuples: int, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any
     rows = []
     for fraction in BUDGET_FRACTIONS:
         budget = int(least * fraction)
-        best_m, best_a = ref, None
-        for _ in range(ROUNDS):  # the two take turns; each one's best round counts
-            again = drive(mjoin.make(), chunks)
+        adaptive = partial(_adaptive, budget, seed)
+        m_runs, a_runs = alternate([mjoin.make, adaptive], chunks, ROUNDS, sample_every=1)
+        for again in m_runs:
             _check(again, ref, mjoin.label)
-            best_m = max(best_m, again, key=lambda r: r.rate)
-            stage = _adaptive(budget, seed)
-            run = drive(stage, chunks, sample_every=1)
+        for run in a_runs:
             _check(run, ref, f"adaptive caching at {budget:,} B")
             if run.peak_bytes > budget:
                 raise RuntimeError(f"acache-memory: adaptive caching held {run.peak_bytes:,} B "
                                    f"of subresults under a budget of {budget:,} B")  # fmt: skip
-            if best_a is None or run.rate > best_a[1].rate:
-                best_a = (stage, run)
-        stage, run = best_a
+        best_m = max([ref, *m_runs], key=lambda r: r.rate)
+        run = max(a_runs, key=lambda r: r.rate)
         fitting = [(label, r) for label, r in trees if r.peak_bytes <= budget]
         best = max(fitting, key=lambda t: t[1].rate, default=None)
-        caches = stage.stats().get("caches", {})
+        caches = run.stats.get("caches", {})
         rows.append({
             "budget_kb": budget / 1024,
             "MJoin": best_m.rate,
