@@ -13,7 +13,9 @@ of the plan with that cache forced on (``Cached``) against the best MJoin withou
 - ``acache-join-selectivity`` (Fig. 7): how many R ⋈ S tuples join each ΔT tuple (R.A's
   multiplicity m);
 - ``acache-update-probe`` (Fig. 8): the ratio of the cache's update rate (R and S tuples)
-  to its probe rate (T tuples).
+  to its probe rate (T tuples);
+- ``acache-join-cost`` (Fig. 10): S.B without an index, so that ΔT's join with S scans S's
+  window (a nested-loop join, :mod:`processors.kernels.scan_index`), whose size varies.
 
 How it is measured: one workload per point (values in order, as Sect. 7.2 draws them; ΔT lags
 the others by a few values so its probes find their partners in the ROWS windows) is cut into
@@ -57,11 +59,14 @@ COLUMNS = ["x", "MJoin", "Cached", "relative", "hits", "misses", "results"]
 class Point:
     """One workload: per value v, ``m_r`` R tuples (A = v), ``updates`` S tuples (A = B = v:
     the first joins, the others carry values nothing else has) and ``r_t`` T tuples
-    (B = v - LAG)."""
+    (B = v - LAG); S's window holds ``s_values`` values' tuples, and with ``scan_s`` its B
+    has no index (Fig. 10)."""
 
     r_t: int = 5
     m_r: int = 1
     updates: int = 1
+    s_values: int = WINDOW_VALUES
+    scan_s: bool = False
 
 
 def workload(point: Point, values: int) -> list[list[Batch]]:
@@ -69,6 +74,7 @@ def workload(point: Point, values: int) -> list[list[Batch]]:
     WINDOW_VALUES values' tuples."""
     per_value = {"r": point.m_r, "s": point.updates, "t": point.r_t}
     sizes = {n: WINDOW_VALUES * k for n, k in per_value.items()}
+    sizes["s"] = point.s_values * point.updates
     out: list[list[Batch]] = []
     for name in NAMES:
         k = per_value[name]
@@ -91,13 +97,15 @@ def workload(point: Point, values: int) -> list[list[Batch]]:
     return out
 
 
-def _stage(adaptive: bool, cached: bool) -> MJoinStage:
+def _stage(adaptive: bool, cached: bool, scan_s: bool = False) -> MJoinStage:
     config = (
         OrderingConfig("agreedy_exact")
         if adaptive
         else OrderingConfig("fixed", profile_probability=0.0)
     )
     join = MJoinStage(list(NAMES), PREDICATES, config)
+    if scan_s:  # Fig. 10: "drop the hash index on S.B"
+        join.stores[NAMES.index("s")].scan("b")
     if not adaptive:
         for i, pipe in enumerate(join.pipelines):
             entity = {inp: e for e, inp in enumerate(pipe.inputs)}
@@ -111,9 +119,9 @@ def measure(point: Point, values: int) -> dict[str, float]:
     """Rates (deltas per second of join time) of the variants on one point's workload."""
     batches = workload(point, values)
     variants = {
-        "pinned": _stage(False, False),
-        "agreedy": _stage(True, False),
-        "cached": _stage(False, True),
+        "pinned": _stage(False, False, point.scan_s),
+        "agreedy": _stage(True, False, point.scan_s),
+        "cached": _stage(False, True, point.scan_s),
     }
     spent = dict.fromkeys(variants, 0.0)
     results = dict.fromkeys(variants, 0)
@@ -173,8 +181,9 @@ def _sweep(
 
 
 def _warm_up() -> None:
-    """Compile the kernels once, outside every timed span."""
+    """Compile the kernels once, outside every timed span (the scanning ones too)."""
     measure(Point(), 4 * WINDOW_VALUES)
+    measure(Point(scan_s=True), 4 * WINDOW_VALUES)
 
 
 def hit_probability(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
@@ -204,10 +213,23 @@ def update_probe(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
                   scale, "vary the update to probe ratio")  # fmt: skip
 
 
+#: Fig. 10's S windows, in values (S tuples): ΔT's join with S scans this many
+JOIN_COST_WINDOWS = [100, 200, 400, 800, 1600, 3200]
+
+
+def join_cost(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
+    """Fig. 10: S.B without an index (ΔT's join with S a nested-loop join), S's window from
+    100 to 3,200 tuples: the join's cost grows with it."""
+    return _sweep(out, "acache-join-cost", "S window (tuples scanned per ΔT probe)",
+                  JOIN_COST_WINDOWS, lambda w: Point(s_values=int(w), scan_s=True), scale,
+                  "vary the join cost: S.B not indexed")  # fmt: skip
+
+
 EXPERIMENTS: dict[str, Experiment] = {
     "acache-hit-probability": hit_probability,
     "acache-join-selectivity": join_selectivity,
     "acache-update-probe": update_probe,
+    "acache-join-cost": join_cost,
 }
 
 run_experiment = runner(EXPERIMENTS)

@@ -16,6 +16,7 @@ import numpy as np
 from processors.core.batch import ROW_ID, Batch, Column, VarColumn
 from processors.kernels.gather import gather_spans, hash_var
 from processors.kernels.multimap import MultiMap
+from processors.kernels.scan_index import ScanIndex
 
 ALIVE = np.iinfo(np.int64).max  # ``died`` of a tuple still in the window
 #: an eager join's stored copy of each tuple's event time (processors.stages.eager_mjoin)
@@ -92,7 +93,9 @@ class WindowStore:
         self.born = np.zeros(capacity, np.int64)
         self.died = np.full(capacity, ALIVE, np.int64)
         self.rid = np.zeros(capacity, np.int64)
-        self.indexes = {c: MultiMap(capacity) for c in self.key_columns}
+        self.indexes: dict[str, MultiMap | ScanIndex] = {
+            c: MultiMap(capacity) for c in self.key_columns
+        }
         self.by_rid = MultiMap(capacity)
         self.free_slots = np.arange(capacity - 1, -1, -1, dtype=np.int64)  # a stack
         self.n_free = capacity
@@ -132,6 +135,16 @@ class WindowStore:
                 self.columns[name] = VarArena(self.capacity, col.utf8)
             else:
                 self.columns[name] = np.zeros(self.capacity, col.dtype)
+
+    def scan(self, column: str) -> None:
+        """Probe join column ``column`` by scanning the window, without an index (a nested-loop
+        join, as the A-Caching paper's Fig. 10 forces); an empty store only. An experiment's
+        setting: a snapshot's store is restored with its indexes."""
+        if column not in self.indexes:
+            raise ValueError(f"{self.name}: {column!r} is not a join column ({self.key_columns})")
+        if len(self):
+            raise ValueError(f"{self.name}: the index of {column!r} can go only before any tuple")
+        self.indexes[column] = ScanIndex(self.capacity)
 
     # -- changes ------------------------------------------------------------------------------
     def insert(self, batch: Batch, born: np.ndarray) -> np.ndarray:

@@ -151,10 +151,11 @@ def restored(join: MJoinStage) -> MJoinStage:
 def check(
     seed: int, n: int, graph: str, pick: int | None, release_p: float, buckets: int,
     slice_size: int, feeders_first: bool = True, snapshot: bool = False,
-    consistent: bool = False,
+    consistent: bool = False, scan: bool = False,
 ) -> MJoinStage | None:  # fmt: skip
     """One random workload with caches forced (candidate ``pick``, or a random
-    non-overlapping set when None); the join, or None when no candidate exists."""
+    non-overlapping set when None), with ``scan`` about half the join columns probed by
+    scanning their windows (no index); the join, or None when no candidate exists."""
     rng = np.random.default_rng(seed)
     size = int(rng.integers(5, 30 if n <= 3 else 18))
     domain = int(rng.integers(2, 5))
@@ -162,6 +163,11 @@ def check(
     windows = [random_window(rng, unbounded=n <= 3) for _ in range(n)]
     preds = graph_predicates(graph, n, rng)
     join = MJoinStage([f"s{i}" for i in range(n)], preds, FIXED)
+    if scan:
+        for store in join.stores:
+            for col in store.key_columns:
+                if rng.random() < 0.5:
+                    store.scan(col)
     set_orders(join, rng, FIXED)
     specs = candidates(join, consistent)
     if not specs:
@@ -247,6 +253,18 @@ def _check_default_orders(seed: int, n: int, graph: str, spec: CacheSpec, releas
     got = result_counter(batches, [["a", "b", "c"]] * n, [f"s{i}." for i in range(n)])
     assert got == expected, f"{spec}: " + _diff(got, expected)
     assert join.caches.invalid_refs(join) == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pick=st.integers(-1, 1000), **RUNS)
+def test_join_columns_probed_by_scanning_equal_the_naive_join(
+    seed: int, n: int, graph: str, pick: int, release_p: float, buckets: int, slice_size: int,
+    feeders_first: bool,
+) -> None:  # fmt: skip
+    """Join columns without an index (a nested-loop join, as A-Caching's Fig. 10 forces:
+    kernels.scan_index) under one cache or a random set of them."""
+    check(seed, n, graph, None if pick < 0 else pick, release_p, buckets, slice_size,
+          feeders_first, scan=True)  # fmt: skip
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
