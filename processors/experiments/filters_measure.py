@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.bench.filters import workload_predicates
+from processors.bench.filters import balanced_turns, workload_predicates
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.static import optimal_order_from_passes, order_cost_from_passes
 from processors.experiments import plotting
@@ -238,10 +238,18 @@ class Meter:
 
 
 def process_in_turns(meters: Sequence[Meter], batch: Any, turn: int) -> None:
-    """Every stage processes the batch; who goes first rotates with ``turn``."""
-    k = len(meters)
-    for j in range(k):
-        meters[(turn + j) % k].process(batch)
+    """Every stage processes the batch, in the order of ``turn`` in a design balanced for
+    carry-over (``bench.filters.balanced_turns``, then the same rows backwards, so that each
+    row also comes on batches of both parities).
+
+    Not a rotation: with the stages in a fixed cycle each always ran right after the same other
+    stage, and what that one left in the caches moved a stage's time by several percent (two
+    copies of A-Greedy+, behaving identically, measured 5.6% apart at Fig. 19's period of
+    20,000 by their places in the list; docs/experiments.md)."""
+    rows = balanced_turns(len(meters))
+    rows = rows + rows[::-1]
+    for j in rows[turn % len(rows)]:
+        meters[j].process(batch)
 
 
 def measure_converged(
