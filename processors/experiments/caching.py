@@ -73,10 +73,10 @@ class Point:
 
 def workload(point: Point, values: int) -> list[list[Batch]]:
     """Per input, the window delta batches (BATCH_VALUES values each), ROWS windows of
-    WINDOW_VALUES values' tuples."""
+    WINDOW_VALUES values' tuples (S's: ``point.s_values``)."""
     per_value = {"r": point.m_r, "s": point.updates, "t": point.r_t}
-    sizes = {n: WINDOW_VALUES * k for n, k in per_value.items()}
-    sizes["s"] = point.s_values * point.updates
+    values_held = {"r": WINDOW_VALUES, "s": point.s_values, "t": WINDOW_VALUES}
+    sizes = {n: values_held[n] * k for n, k in per_value.items()}
     out: list[list[Batch]] = []
     for name in NAMES:
         k = per_value[name]
@@ -176,10 +176,10 @@ def _sweep(
         f"{name}: A-Caching Sect. 7.2, {note}; {values} values a point",
         "rates: input deltas per second of join time, in process; relative = MJoin / Cached",
     ]
-    if "Adaptive" in rows[0]:
+    adaptive = "Adaptive" in rows[0]
+    if adaptive:
         notes.append("Adaptive: A-Greedy with adaptive caching (its own caches; how many at the "
                      "end: adaptive_caches)")  # fmt: skip
-    adaptive = "Adaptive" in rows[0]
     columns = [*COLUMNS, "Adaptive", "adaptive_caches"] if adaptive else COLUMNS
     csv = plotting.write_csv(out / f"{name}.csv", rows, columns, notes)
     series = ["MJoin", "Cached", "Adaptive"] if adaptive else ["MJoin", "Cached"]
@@ -239,8 +239,7 @@ def join_cost(out: Path, scale: float = 1.0, seed: int = 0) -> list[Path]:
     100 to 3,200 tuples: the join's cost grows with it."""
     return _sweep(out, "acache-join-cost", "S window (tuples scanned per ΔT probe)",
                   JOIN_COST_WINDOWS, lambda w: Point(s_values=int(w), scan_s=True, adaptive=True),
-                  scale,
-                  "vary the join cost: S.B not indexed")  # fmt: skip
+                  scale, "vary the join cost: S.B not indexed")  # fmt: skip
 
 
 EXPERIMENTS: dict[str, Experiment] = {
