@@ -119,6 +119,13 @@ def balanced_turns(k: int) -> list[list[int]]:
     return rows if k % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
+def turns_both_parities(k: int) -> list[list[int]]:
+    """:func:`balanced_turns`, then the same rows backwards: each row also comes on batches of
+    both parities (k = 2: AB BA BA AB), which differ in cost when a workload alternates."""
+    rows = balanced_turns(k)
+    return rows + rows[::-1]
+
+
 GAP_REPLICATES = 6  # pairs of fresh stages per algorithm and n (see optimal_gap)
 GAP_TUPLES_PER_STAGE_TUPLE = 24  # optimal_gap's tuples per algorithm: 96M at --tuples 4M
 GAP_WARM_BATCHES = 8
@@ -149,8 +156,7 @@ def _gap_pair(
             stage.process(b)
     base = dict(pair[0].ns)
     spent, in_round, rounds = [0, 0], [0, 0], []
-    turns = balanced_turns(2)
-    turns += turns[::-1]  # AB BA BA AB: each goes first on even and odd batches alike
+    turns = turns_both_parities(2)  # AB BA BA AB: each first on even and odd batches alike
     done = turn = 0
     while done < tuples:
         b, _ = run.next_batch(batch)

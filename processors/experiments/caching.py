@@ -99,9 +99,16 @@ def workload(point: Point, values: int) -> list[list[Batch]]:
     return out
 
 
-def _stage(adaptive: bool, cached: bool, scan_s: bool = False, caching: bool = False) -> MJoinStage:
+#: the variants measured: adaptive join orders or the pinned ones, a forced cache, or A-Greedy
+#: choosing its own caches (``Point.adaptive``)
+VARIANTS = ("pinned", "agreedy", "cached", "adaptive")
+
+
+def _stage(kind: str, scan_s: bool) -> MJoinStage:
+    """The join of one of VARIANTS, with S.B unindexed if ``scan_s`` (Fig. 10)."""
+    adaptive = kind in ("agreedy", "adaptive")
     config = (
-        OrderingConfig("agreedy_exact", caching=caching or None)
+        OrderingConfig("agreedy_exact", caching=True if kind == "adaptive" else None)
         if adaptive
         else OrderingConfig("fixed", profile_probability=0.0)
     )
@@ -112,7 +119,7 @@ def _stage(adaptive: bool, cached: bool, scan_s: bool = False, caching: bool = F
         for i, pipe in enumerate(join.pipelines):
             entity = {inp: e for e, inp in enumerate(pipe.inputs)}
             join.reopts[i].order = np.array([entity[x] for x in PINNED[i]], np.int64)
-    if cached:
+    if kind == "cached":
         join.use_caches([CACHE])
     return join
 
@@ -120,13 +127,8 @@ def _stage(adaptive: bool, cached: bool, scan_s: bool = False, caching: bool = F
 def measure(point: Point, values: int) -> dict[str, float]:
     """Rates (deltas per second of join time) of the variants on one point's workload."""
     batches = workload(point, values)
-    variants = {
-        "pinned": _stage(False, False, point.scan_s),
-        "agreedy": _stage(True, False, point.scan_s),
-        "cached": _stage(False, True, point.scan_s),
-    }
-    if point.adaptive:
-        variants["adaptive"] = _stage(True, False, point.scan_s, caching=True)
+    kinds = VARIANTS if point.adaptive else VARIANTS[:-1]
+    variants = {kind: _stage(kind, point.scan_s) for kind in kinds}
     spent = dict.fromkeys(variants, 0.0)
     results = dict.fromkeys(variants, 0)
     deltas = 0

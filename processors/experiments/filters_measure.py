@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from processors.bench.filters import balanced_turns, workload_predicates
+from processors.bench.filters import turns_both_parities, workload_predicates
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.static import optimal_order_from_passes, order_cost_from_passes
 from processors.experiments import plotting
@@ -239,15 +239,13 @@ class Meter:
 
 def process_in_turns(meters: Sequence[Meter], batch: Any, turn: int) -> None:
     """Every stage processes the batch, in the order of ``turn`` in a design balanced for
-    carry-over (``bench.filters.balanced_turns``, then the same rows backwards, so that each
-    row also comes on batches of both parities).
+    carry-over, each row on batches of both parities (``bench.filters.turns_both_parities``).
 
     Not a rotation: with the stages in a fixed cycle each always ran right after the same other
     stage, and what that one left in the caches moved a stage's time by several percent (two
     copies of A-Greedy+, behaving identically, measured 5.6% apart at Fig. 19's period of
     20,000 by their places in the list; docs/experiments.md)."""
-    rows = balanced_turns(len(meters))
-    rows = rows + rows[::-1]
+    rows = turns_both_parities(len(meters))
     for j in rows[turn % len(rows)]:
         meters[j].process(batch)
 
