@@ -2,6 +2,9 @@
 2005, Appendix A): each key of a non-overlapping window of ``window`` probes sets one bit of a
 filter (a Bloom filter with one hash function); the bits set when the window closes are the
 window's distinct keys, less the collisions, and the misses a cache would have taken on it.
+With a horizon of h windows a bit remembers the window that last set it, and a key misses
+only if its bit was set in none of the last h windows either: the misses of a cache whose
+entries outlive a window, as streamon's do (they are maintained, not expired).
 
 Keys are int64 words (a multi-column key first folded by :func:`fold_keys`); the bit is
 SplitMix64 of the key and a seed, modulo the filter's size. State carries over between calls,
@@ -15,39 +18,53 @@ from numba import njit
 
 from processors.kernels.splitmix import GAMMA, mix64
 
-_ONE = np.uint64(1)
-_SIX = np.uint64(6)
-_LOW6 = np.uint64(63)
-
 
 @njit(cache=True)
-def bloom_windows(keys, seed, bits, n_bits, window, state, out):  # type: ignore[no-untyped-def]
-    """Feed ``keys`` (uint64) to the filter ``bits`` (uint64 words, ``n_bits`` bits).
+def bloom_windows(keys, seed, last, window, horizon, state, misses, distinct):  # type: ignore[no-untyped-def]
+    """Feed ``keys`` (uint64) to the filter ``last`` (one int64 per bit: the number, from 1,
+    of the window that last set it; 0 never).
 
-    ``state[0]``: keys of the open window so far, ``state[1]``: bits set in it. Each window
-    that closes writes its bit count to ``out`` (``len(keys) // window + 1`` long is enough)
-    and clears the filter. Returns how many windows closed.
+    A key misses when its bit was not set in its own window so far nor in the ``horizon``
+    windows before it (a cache that keeps its entries that long: 0 is the paper's one-window
+    filter). ``state``: keys of the open window so far, its misses, its bits set, the open
+    window's number. Each window that closes writes its misses and the bits set over it and
+    its horizon (the distinct keys such a cache holds) to ``misses`` and ``distinct``
+    (``len(keys) // window + 1`` long is enough). Returns how many windows closed.
     """
     filled = state[0]
-    set_bits = state[1]
-    size = np.uint64(n_bits)
+    missed = state[1]
+    set_bits = state[2]
+    now = state[3] + 1
+    size = np.uint64(last.shape[0])
     done = 0
     for i in range(keys.shape[0]):
         h = mix64(keys[i] ^ seed) % size
-        word = h >> _SIX
-        mask = _ONE << (h & _LOW6)
-        if bits[word] & mask == 0:
-            bits[word] |= mask
+        seen = last[h]
+        if seen != now:
             set_bits += 1
+            if seen == 0 or seen < now - horizon:
+                missed += 1
+            last[h] = now
         filled += 1
         if filled == window:
-            out[done] = set_bits
+            misses[done] = missed
+            if horizon == 0:
+                distinct[done] = set_bits
+            else:
+                held = 0
+                for b in range(last.shape[0]):
+                    if last[b] != 0 and last[b] >= now - horizon:
+                        held += 1
+                distinct[done] = held
             done += 1
-            bits[:] = 0
+            now += 1
             filled = 0
+            missed = 0
             set_bits = 0
     state[0] = filled
-    state[1] = set_bits
+    state[1] = missed
+    state[2] = set_bits
+    state[3] = now - 1
     return done
 
 

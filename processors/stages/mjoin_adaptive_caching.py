@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 GLOBAL_M = 6  # Sect. 6: candidates searched exhaustively when globally-consistent ones join
 BLOOM_WINDOW = 256  # W_d: probe keys per Bloom-filter window (Appendix A)
 BLOOM_ALPHA = 2.0
+BLOOM_HORIZON = 0  # windows a key stays cached in the miss estimate: 0, the paper (docs/caching.md)
+PRIOR_TUPLES = 1_024  # tuples the prior probe/update price weighs as, against measured ones
 MIN_PROFILE_P = 0.05  # deltas profiled per pipeline at least (Appendix A's p_i)
 RECENT = 20
 MIN_OPEN = 16  # keys an open Bloom window needs to stand in for a closed one
@@ -87,15 +89,23 @@ def bloom_estimate(bloom: BloomMissEstimator | None) -> tuple[float, float]:
         return 1.0, 0.0
     if bloom.windows.count:
         return bloom.miss_prob, bloom.distinct
-    filled, bits = (int(x) for x in bloom._state)
-    return (bits / filled, float(bits)) if filled >= MIN_OPEN else (1.0, 0.0)
+    filled, missed, bits = bloom.open_window
+    return (missed / filled, float(bits)) if filled >= MIN_OPEN else (1.0, 0.0)
 
 
-def _per_tuple(meter: tuple[WindowAverage, WindowAverage], default: float) -> float:
+def _per_tuple(meter: tuple[WindowAverage, WindowAverage], prior: float) -> float:
     """Time per tuple over the last calls (their sums: a call's fixed overhead spread over
-    its tuples), or ``default`` before any call."""
+    its tuples), with ``prior`` counted as ``PRIOR_TUPLES`` tuples' worth: the first few
+    calls of a new cache, a handful of tuples each, do not set its price alone."""
     spent, tuples = meter
-    return spent.total / tuples.total if tuples.count and tuples.total else default
+    return (spent.total + prior * PRIOR_TUPLES) / (tuples.total + PRIOR_TUPLES)
+
+
+def cheapest_per_tuple(stats: list[PipelineStats]) -> float:
+    """The least time per tuple in and out over the operators profiled (1.0: none yet)."""
+    per = [s.d[p] * s.c[p] / (s.d[p] + s.d[p + 1]) for s in stats for p in range(len(s.c))
+           if s.d[p] > 0 and s.c[p] > 0]  # fmt: skip
+    return min(per) if per else 1.0
 
 
 def expected_bytes(cand: Candidate, distinct: float, tuples: float) -> float:
@@ -191,7 +201,7 @@ class AdaptiveCaching:
             bloom = self.blooms.get(c.ident)
             if bloom is None:
                 bloom = self.blooms[c.ident] = BloomMissEstimator(
-                    BLOOM_WINDOW, BLOOM_ALPHA, self.w, seed=len(self.blooms)
+                    BLOOM_WINDOW, BLOOM_ALPHA, self.w, len(self.blooms), BLOOM_HORIZON
                 )
             bloom.observe(key_words(cols))
 
@@ -230,7 +240,9 @@ class AdaptiveCaching:
             return
         missed = np.zeros(probes, np.bool_)
         missed[computed] = True
-        self.observed.setdefault(ident, ObservedMissRate(BLOOM_WINDOW, self.w)).observe(missed)
+        if ident not in self.observed:
+            self.observed[ident] = ObservedMissRate(BLOOM_WINDOW, self.w, BLOOM_HORIZON)
+        self.observed[ident].observe(missed)
         if handled:
             self.probe_unit[0].add(ns)
             self.probe_unit[1].add(handled)
@@ -250,13 +262,13 @@ class AdaptiveCaching:
         ]
 
     def _units(self, stats: list[PipelineStats]) -> tuple[float, float]:
-        """Cost per tuple of a cache probe and of an update: counted work, the executor's
-        measurements, or (none yet) an index probe's time per tuple in and out."""
+        """Cost per tuple of a cache probe and of an update: counted work, or the executor's
+        measurements weighed with a prior, the cheapest operator's time per tuple in and out
+        (a lookup is a hash probe handing on its entry's tuples, as an index probe is; the
+        operators' average would be a nested-loop scan's where one is in the pipelines)."""
         if self.metric == "tuples":
             return 1.0, 1.0
-        spent = sum(s.work(0, len(s.c) - 1) for s in stats)
-        moved = sum(sum(s.d[:-1]) + sum(s.d[1:]) for s in stats)
-        unit = spent / moved if moved else 1.0
+        unit = cheapest_per_tuple(stats)
         return _per_tuple(self.probe_unit, unit), _per_tuple(self.update_unit, 2.0 * unit)
 
     def _estimates(self, stage: MJoinStage) -> tuple[dict[Any, CacheEstimate], set[Any], list]:

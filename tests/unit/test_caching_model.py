@@ -170,6 +170,68 @@ def test_bloom_windows_match_exact_recount(
         assert est.miss_prob == pytest.approx(sum(last) / len(last) / window)
 
 
+def horizon_recount(keys: list[int], window: int, n_bits: int, seed: int, horizon: int):
+    """Per closed window: keys whose bit was set in neither this window so far nor the
+    ``horizon`` windows before it; and the bits set over the window and its horizon."""
+    last: dict[int, int] = {}
+    misses, held = [], []
+    for k in range(len(keys) // window):
+        missed = 0
+        for key in keys[k * window : (k + 1) * window]:
+            bit = mix64((key & MASK) ^ seed) % n_bits
+            if last.get(bit, -(10**9)) < k - horizon:
+                missed += 1
+            last[bit] = k
+        misses.append(missed)
+        held.append(sum(1 for w in last.values() if w >= k - horizon))
+    return misses, held
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), max_size=400),
+    st.integers(1, 30),
+    st.integers(0, 4),
+    st.integers(1, 4),
+    st.integers(0, 2**64 - 1),
+)
+def test_bloom_horizon_matches_exact_recount(
+    keys: list[int], window: int, horizon: int, batches: int, seed: int
+) -> None:
+    """With a horizon a key misses only if unseen (by its bit) over its window so far and
+    the ``horizon`` windows before; windows without a full horizon before them are left out;
+    horizon 0 is the paper's estimate (bits set per window)."""
+    est = BloomMissEstimator(window, 2.0, w=3, seed=seed, horizon=horizon)
+    for part in np.array_split(np.array(keys, np.int64), batches):
+        est.observe(part)
+    misses, held = horizon_recount(keys, window, est.n_bits, seed, horizon)
+    counted = misses[horizon:][-3:], held[horizon:][-3:]
+    assert est.windows.count == max(0, len(misses) - horizon)
+    if counted[0]:
+        assert est.miss_prob == pytest.approx(sum(counted[0]) / len(counted[0]) / window)
+        assert est.distinct == pytest.approx(sum(counted[1]) / len(counted[1]))
+    if horizon == 0:
+        assert misses == held
+
+
+def test_bloom_horizon_sees_recurring_keys_as_hits() -> None:
+    """Keys cycling over 100 values: one-window filters of 50 probes call every probe a
+    miss, a 3-window horizon (150 probes) calls none."""
+    stream = np.tile(np.arange(100, dtype=np.int64), 20)
+    paper = BloomMissEstimator(50, 8.0, w=4)
+    paper.observe(stream)
+    longer = BloomMissEstimator(50, 8.0, w=4, horizon=3)
+    longer.observe(stream)
+    assert paper.miss_prob > 0.9
+    assert longer.ready and longer.miss_prob < 0.05
+
+
+def test_observed_miss_rate_skips_the_warm_up() -> None:
+    m = ObservedMissRate(4, w=2, skip=1)
+    m.observe(np.array([1, 1, 1, 1, 0, 1, 0, 0], bool))
+    assert m.windows.count == 1 and m.miss_prob == 0.25
+
+
 def test_bloom_extremes() -> None:
     """One repeated key misses once per window; distinct keys in a large filter nearly always."""
     same = BloomMissEstimator(50, 2.0, w=4)

@@ -338,3 +338,25 @@ def test_a_cache_chosen_on_large_epochs_stays() -> None:
     assert stats["cache_changes_total"] == 1
     cache = stats["caches"]["r:0-1[s,t]"]
     assert cache["hits"] > 3 * cache["misses"]
+
+
+def test_time_metric_prices_cache_work_at_the_cheapest_operator_until_measured() -> None:
+    """Before any lookup or update has run, the time metric prices them at the cheapest
+    operator's time per tuple in and out (a scan's would price a hash lookup as a scan); a
+    first call of a few tuples moves the price only as far as its weight against the prior."""
+    from processors.core.caching.estimators import WindowAverage
+    from processors.core.caching.model import PipelineStats
+
+    stats = [
+        PipelineStats((1.0, 1.0, 1.0), (20_000.0, 100.0)),  # a scan, then an index probe
+        PipelineStats((0.5, 0.0, 0.0), (300.0, 0.0)),
+    ]
+    assert mac.cheapest_per_tuple(stats) == pytest.approx(50.0)
+    assert mac.cheapest_per_tuple([]) == 1.0
+    spent, tuples = WindowAverage(8), WindowAverage(8)
+    assert mac._per_tuple((spent, tuples), 50.0) == pytest.approx(50.0)
+    spent.add(70_000.0)  # one call: 3 tuples in 70 us, mostly the call's overhead
+    tuples.add(3.0)
+    assert mac._per_tuple((spent, tuples), 50.0) == pytest.approx(
+        (70_000 + 50 * mac.PRIOR_TUPLES) / (3 + mac.PRIOR_TUPLES)
+    )

@@ -112,27 +112,44 @@ def key_words(columns: list[np.ndarray]) -> np.ndarray:
 
 class BloomMissEstimator:
     """miss_prob of a cache not in use (Appendix A): per non-overlapping window of
-    ``window`` probe keys, the bits b set in an ``alpha * window``-bit filter; the estimate is
-    the average of b / window over the last ``w`` windows. ``distinct`` (the average b) also
-    sizes the cache (Sect. 4.3)."""
+    ``window`` probe keys, the keys whose bit in an ``alpha * window``-bit filter is not yet
+    set; the estimate is the average of misses / window over the last ``w`` windows, and
+    ``distinct`` (the bits set) sizes the cache (Sect. 4.3).
 
-    def __init__(self, window: int, alpha: float = 2.0, w: int = 10, seed: int = 0) -> None:
-        if window < 1 or alpha < 1:
-            raise ValueError("the window must be positive and alpha at least 1")
+    ``horizon`` (a departure, 0 for the paper's estimate): the windows before this one whose
+    keys still count as cached. The paper's cache holds a key from its first probe in the
+    window on; streamon's entries stay until a collision or a drop replaces them, so a key
+    that recurs a few windows later hits, which the one-window filter counts as a miss. The
+    filter then has ``alpha * window * (horizon + 1)`` bits, and a window counts only once
+    ``horizon`` windows have gone before it (the first ones would see every key as new)."""
+
+    def __init__(
+        self, window: int, alpha: float = 2.0, w: int = 10, seed: int = 0, horizon: int = 0
+    ) -> None:
+        if window < 1 or alpha < 1 or horizon < 0:
+            raise ValueError("the window must be positive, alpha at least 1, horizon >= 0")
         self.window = window
-        self.n_bits = max(64, int(np.ceil(alpha * window)))
-        self._bits = np.zeros((self.n_bits + 63) // 64, np.uint64)
-        self._state = np.zeros(2, np.int64)
+        self.horizon = horizon
+        self.n_bits = max(64, int(np.ceil(alpha * window * (horizon + 1))))
+        self._last = np.zeros(self.n_bits, np.int64)
+        self._state = np.zeros(4, np.int64)  # filled, misses, bits set, windows closed
         self._seed = np.uint64(seed % 2**64)
         self.windows = WindowAverage(w)
+        self._distinct = WindowAverage(w)
 
     def observe(self, keys: np.ndarray) -> int:
         """Feed probe keys (int64 words); returns how many windows closed."""
         k = np.ascontiguousarray(keys, np.int64).view(np.uint64)
-        out = np.empty(len(k) // self.window + 1, np.int64)
-        done = bloom_windows(k, self._seed, self._bits, self.n_bits, self.window, self._state, out)
-        if done:
-            self.windows.add(out[:done].astype(np.float64))
+        before = int(self._state[3])
+        misses = np.empty(len(k) // self.window + 1, np.int64)
+        distinct = np.empty_like(misses)
+        done = bloom_windows(
+            k, self._seed, self._last, self.window, self.horizon, self._state, misses, distinct
+        )
+        skip = max(0, self.horizon - before)  # windows without a full horizon before them
+        if done > skip:
+            self.windows.add(misses[skip:done].astype(np.float64))
+            self._distinct.add(distinct[skip:done].astype(np.float64))
         return int(done)
 
     @property
@@ -140,22 +157,30 @@ class BloomMissEstimator:
         return self.windows.ready
 
     @property
+    def open_window(self) -> tuple[int, int, int]:
+        """The open window's keys so far, its misses and its bits set."""
+        return int(self._state[0]), int(self._state[1]), int(self._state[2])
+
+    @property
     def miss_prob(self) -> float:
         return self.windows.mean / self.window
 
     @property
     def distinct(self) -> float:
-        """Distinct keys per window (the bits set, on average)."""
-        return self.windows.mean
+        """Distinct keys over a window and its horizon (the bits set, on average)."""
+        return self._distinct.mean
 
 
 class ObservedMissRate:
     """miss_prob of a cache in use, observed directly (Appendix A): misses per window of
-    ``window`` probes, averaged over the last ``w`` windows."""
+    ``window`` probes, averaged over the last ``w`` windows. The first ``skip`` windows are
+    the new cache's warm-up (every key's first probe misses once) and are left out: the
+    steady state is what decides whether the cache stays (Sect. 4.5 a)."""
 
-    def __init__(self, window: int, w: int = 10) -> None:
+    def __init__(self, window: int, w: int = 10, skip: int = 0) -> None:
         self.window = window
         self.windows = WindowAverage(w)
+        self._skip = skip
         self._probes = 0
         self._misses = 0
 
@@ -169,7 +194,10 @@ class ObservedMissRate:
             self._probes += take
             at += take
             if self._probes == self.window:
-                self.windows.add(self._misses / self.window)
+                if self._skip:
+                    self._skip -= 1
+                else:
+                    self.windows.add(self._misses / self.window)
                 self._probes = self._misses = 0
 
     @property
