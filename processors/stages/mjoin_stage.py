@@ -18,9 +18,8 @@ drop-probing is chosen by the A-Greedy machinery of the filter stage, treating e
 input (each path of the spanning tree, Section 8.2) as a filter that drops a delta when it has
 no match; the tree's precedence constraints are respected. Every order change is counted and
 reported in ``stats()`` and logged sparingly (:mod:`processors.stages.plan_changes`).
-
 Subresult caches (A-Caching, :meth:`MJoinStage.use_caches`) hook into the pipelines' probing
-loop: lookups and update points (:mod:`processors.stages.mjoin_caches`).
+loop: lookups, update points and the pass's end (:mod:`processors.stages.mjoin_caches`).
 """
 
 from __future__ import annotations
@@ -57,8 +56,8 @@ def wall_ms() -> int:
 
 
 class _Run:
-    """The intermediate results of one pipeline: per result, the delta row it comes from
-    (``origin``, non-decreasing) and the slot of every input bound so far."""
+    """One pipeline's intermediate results: per result, its delta row (``origin``, sorted)
+    and the slot of every input bound so far."""
 
     def __init__(self, m: int) -> None:
         self.origin = np.arange(m, dtype=np.int64)
@@ -370,6 +369,8 @@ class MJoinStage(StageBase):
                 )
                 dropped_at[(~alive) & (dropped_at == pipe.size)] = k
             k = k_next
+        if cached:  # the pass's end (adaptive caching times the last operator)
+            self.caches.feed(self, i, pipe.size, delta, gen, slots, run)
         self.costs[i].record_many(*costs)
         if len(samples):
             for change in profile_dropped(self, i, delta, gen, samples[dropped_at < pipe.size]):

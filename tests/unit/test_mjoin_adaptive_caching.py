@@ -41,17 +41,20 @@ def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mac, "MIN_OPEN", 2)
 
 
-def adaptive_config(algorithm: str, interval: int, mb: float | None = None) -> OrderingConfig:
+def adaptive_config(
+    algorithm: str, interval: int, mb: float | None = None, metric: str = "tuples"
+) -> OrderingConfig:
     return OrderingConfig(
         algorithm, profile_probability=0.3, min_profile_tuples=2, window_tuples=20,
         caching=True, cache_memory_mb=mb, cache_interval=interval, cache_window=2,
-        cache_metric="tuples",
+        cache_metric=metric,
     )  # fmt: skip
 
 
 def run_random(
     seed: int, n: int, graph: str, algorithm: str, release_p: float, slice_size: int,
     interval: int, mb: float | None = None, free: bool = False, restart: bool = False,
+    metric: str = "tuples",
 ) -> MJoinStage:  # fmt: skip
     """One random workload with adaptive caching; ``free``: cache probes and updates cost
     nothing, so that every cache with hits is worth using (many more caches placed)."""
@@ -61,7 +64,9 @@ def run_random(
     streams = [raw_stream(rng, size, domain) for _ in range(n)]
     windows = [random_window(rng, unbounded=n <= 3) for _ in range(n)]
     preds = graph_predicates(graph, n, rng)
-    join = MJoinStage([f"s{i}" for i in range(n)], preds, adaptive_config(algorithm, interval, mb))
+    join = MJoinStage(
+        [f"s{i}" for i in range(n)], preds, adaptive_config(algorithm, interval, mb, metric)
+    )
     expected = naive_join(
         [oracle_deltas(s, w) for s, w in zip(streams, windows, strict=True)], preds
     )
@@ -102,14 +107,16 @@ def restored(join: MJoinStage) -> MJoinStage:
     interval=st.sampled_from([4, 16, 64]),
     free=st.booleans(),
     restart=st.booleans(),
+    metric=st.sampled_from(["tuples", "time"]),
 )
 def test_adaptive_caching_equals_the_naive_join(
     small_windows: None, seed: int, n: int, graph: str, algorithm: str, release_p: float,
-    slice_size: int, interval: int, free: bool, restart: bool,
+    slice_size: int, interval: int, free: bool, restart: bool, metric: str,
 ) -> None:  # fmt: skip
-    """Also across a restart mid-stream (caches rebuilt from nothing after the restore)."""
+    """Also across a restart mid-stream (caches rebuilt from nothing after the restore), and
+    under either cost metric (the time metric's Bloom horizon and timed regular passes)."""
     run_random(seed, n, graph, algorithm, release_p, slice_size, interval, free=free,
-               restart=restart)  # fmt: skip
+               restart=restart, metric=metric)  # fmt: skip
 
 
 def test_random_runs_do_add_and_drop_caches(small_windows: None) -> None:
@@ -360,3 +367,20 @@ def test_time_metric_prices_cache_work_at_the_cheapest_operator_until_measured()
     assert mac._per_tuple((spent, tuples), 50.0) == pytest.approx(
         (70_000 + 50 * mac.PRIOR_TUPLES) / (3 + mac.PRIOR_TUPLES)
     )
+
+
+def test_time_metric_times_the_regular_pass_and_estimates_misses_over_a_horizon() -> None:
+    """Under the time metric each operator's time per tuple comes from the regular pass (the
+    profiled sample is too small a batch to time), the last operator's too (the pass's end
+    hook), and the miss estimate remembers keys over BLOOM_HORIZON windows; the results are
+    the plain MJoin's."""
+    from dataclasses import replace
+
+    got, join, _ = fig12(replace(FIG12, cache_metric="time"), units=1200, burst_at=None)
+    plain, _, _ = fig12(OrderingConfig("agreedy"), units=1200, burst_at=None)
+    assert got == plain > 0
+    ac = join.caches.adaptive
+    assert ac is not None and ac.horizon == mac.BLOOM_HORIZON["time"] > 0
+    assert all(b.horizon == ac.horizon for b in ac.blooms.values())
+    timed = [[moved.count for _, moved in meters] for meters in ac.pass_units]
+    assert any(counts[-1] > 0 for counts in timed) and all(counts[0] > 0 for counts in timed)
