@@ -19,10 +19,11 @@ reference rates, rows 0-1), tuples in and out not yet tested (pending, rows 2-3:
 batches add up until a test has ``min_tuples``), and the filter order the rows were counted
 under (row 4): after an order change every position restarts. ``params`` is float64: [z,
 min_effect, min_tuples, ref_cap, min_ref]. ``rate`` is float64: [p now, p floor, p max,
-(unused), window size from which p is at the floor, K, batches at the floor, p of the next
-batch]: at the floor, only every K-th batch is profiled, at K times the floor (as many
-samples, and the per-batch costs of absorbing them, the view's rebuild above all, once in K
-batches).
+tuples since the last drift, window size from which p is at the floor, K, batches at the
+floor, p of the next batch, spacing]: at the floor, only every K-th batch is profiled, at K
+times the floor (as many samples, and the per-batch costs of absorbing them, the view's
+rebuild above all, once in K batches). A drift found less than ``spacing`` tuples after the
+previous one is not heeded (:func:`drift_heeded`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import numpy as np
 from numba import njit
 
 Z, EFFECT, MIN_TUPLES, REF_CAP, MIN_REF = range(5)
-P_NOW, P_MIN, P_MAX, _UNUSED, ENOUGH, EVERY, AT_FLOOR, P_NEXT = range(8)
+P_NOW, P_MIN, P_MAX, SINCE, ENOUGH, EVERY, AT_FLOOR, P_NEXT, SPACING = range(9)
+NEVER_DRIFTED = 1e18  # SINCE before the first drift: that one is always heeded
 REF_IN, REF_OUT, PEND_IN, PEND_OUT, REF_ORDER = range(5)
 
 
@@ -117,6 +119,23 @@ def clear_window(state, patterns, hist, view):  # type: ignore[no-untyped-def]
     patterns[:] = 0
     hist[:, :] = 0
     view[:, :] = 0
+
+
+@njit(cache=True)
+def drift_heeded(rate, found, tuples):  # type: ignore[no-untyped-def]
+    """Whether to answer the drift test's ``found`` (a position, or -1) on a batch of
+    ``tuples``: a drift is heeded (the window emptied, p back at its maximum) only when the
+    previous one was at least ``rate[SPACING]`` tuples before it. When the statistics change
+    faster than that, each answer's refill at the maximum p takes much of the time to the next
+    change and its orders rest on a few hundred profile tuples; the stage then adapts as the
+    paper's A-Greedy does, on the window's significant violations (Fig. 19's short periods;
+    docs/adaptive-filters.md)."""
+    rate[SINCE] += tuples
+    if found < 0:
+        return False
+    heeded = rate[SINCE] >= rate[SPACING]
+    rate[SINCE] = 0.0
+    return heeded
 
 
 @njit(cache=True)

@@ -25,6 +25,7 @@ from processors.kernels.drift import (
     clear_window,
     costs_moved,
     drift_check,
+    drift_heeded,
     next_rate,
     resort_restart,
 )
@@ -297,6 +298,9 @@ def run_index_filters_adaptive(filters, main, prof, window, adapt):  # type: ign
     order, sels, size, counts, ticks = main[0], main[1], main[2], main[3], main[7]
     ref, params, rate, out = adapt
     drifted = drift_check(counts, order, ref, params)
+    heeded = drift_heeded(rate, drifted, counts[0])  # every batch: it counts the tuples
+    out[1] = 1 if drifted >= 0 and not heeded else 0
+    drifted = drifted if heeded else -1
     out[0] = drifted
     samples, dropped_at, bits, codes, mode, j = prof[3], prof[4], prof[5], prof[6], prof[7], prof[8]
     n_samples = ticks[1]
@@ -335,6 +339,9 @@ def watch_drift(counts, order, ticks, adapt, window_parts, costs, checked):  # t
     ref, params, rate, out = adapt
     state, patterns, hist, view, checkpoint = window_parts
     drifted = drift_check(counts, order, ref, params)
+    heeded = drift_heeded(rate, drifted, counts[0])  # every batch: it counts the tuples
+    out[1] = 1 if drifted >= 0 and not heeded else 0
+    drifted = drifted if heeded else -1
     out[0] = drifted
     if drifted >= 0:
         clear_window(state, patterns, hist, view)

@@ -423,6 +423,7 @@ class FilterStage(StageBase):
 
     def stats(self) -> dict[str, Any]:
         names = [p.name for p in self.predicates]
+        adaptive = self.reoptimizer.adaptive
         costs = self.costs.values()
         return {
             "kind": "filter",
@@ -440,7 +441,8 @@ class FilterStage(StageBase):
             ),
             "profile_tuples": self.profile_tuples,
             "profile_probability": self.mean_profile_probability,
-            "drifts": 0 if self.reoptimizer.adaptive is None else self.reoptimizer.adaptive.drifts,
+            "drifts": 0 if adaptive is None else adaptive.drifts,
+            "drifts_unheeded": 0 if adaptive is None else adaptive.drifts_unheeded,
             "profile_window": len(self.reoptimizer.window),
             "cost_ns": {names[f]: float(costs[f]) for f in range(self.n)},
             "selectivity": _rates(names, self.reoptimizer.window.pass_rates()),

@@ -16,10 +16,12 @@ from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.static import optimal_order, order_cost
 from processors.core.predicates import Compare
 from processors.kernels.drift import (
+    NEVER_DRIFTED,
     P_NEXT,
     REF_IN,
     REF_ORDER,
     drift_check,
+    drift_heeded,
     new_checkpoint,
     new_reference,
     next_rate,
@@ -179,6 +181,43 @@ def test_the_rate_drops_to_its_floor_once_the_window_holds_enough_and_jumps_back
     got = [next_rate(rate, False, 250 + k) for k in range(16)]
     assert got.count(0.0) == 14 and got.count(pytest.approx(0.005)) == 2
     assert next_rate(rate, True, 6000) == 0.01 and rate[P_NEXT] == 0.01  # drift: at once
+
+
+def test_a_drift_is_heeded_only_spacing_tuples_after_the_last() -> None:
+    """The first drift is heeded; one found fewer than ``spacing`` tuples after the previous
+    (heeded or not) is not; batches without drift add their tuples to the spacing."""
+    # [p now, floor, max, since, enough, K, batches at the floor, p next, spacing]
+    rate = np.array([0.01, 0.01 / 16, 0.01, NEVER_DRIFTED, 250.0, 16.0, 0.0, 0.01, 75_000.0])
+    assert drift_heeded(rate, 3, 10_000)  # the first
+    assert not drift_heeded(rate, -1, 10_000) and not drift_heeded(rate, 2, 10_000)  # 20,000
+    for _ in range(6):
+        assert not drift_heeded(rate, -1, 10_000)
+    assert not drift_heeded(rate, 0, 10_000)  # 70,000 after the unheeded one
+    for _ in range(7):
+        drift_heeded(rate, -1, 10_000)
+    assert drift_heeded(rate, 5, 5_000)  # 75,000
+
+
+@pytest.mark.parametrize(("period", "heeds_all"), [(20_000, False), (200_000, True)])
+def test_drifts_closer_than_the_spacing_are_not_heeded(period: int, heeds_all: bool) -> None:
+    """Fig. 19's workload in 10,000-tuple batches: with a change every 200,000 tuples every
+    drift is heeded (the window emptied, p at its maximum); every 20,000 only a few are,
+    and the stage keeps p at its floor (and reports the drifts it did not heed)."""
+    workload = FilterWorkload(
+        n=8, gamma=2, selectivity=(0.2, 0.4, 0.6, 0.8), costs=(1, 1, 1, 1, 10, 10, 10, 10),
+        change_every=period, seed=3,
+    )  # fmt: skip
+    run = FilterWorkloadRun(workload)
+    stage = _stage(run, "agreedy")
+    for _ in range(100):
+        stage.process(run.next_batch(10_000)[0])
+    stats = stage.stats()
+    changes = 1_000_000 // period
+    if heeds_all:
+        assert stats["drifts_unheeded"] == 0 and stats["drifts"] >= changes - 1
+    else:
+        assert stats["drifts"] <= 3 and stats["drifts_unheeded"] >= changes // 2, stats["drifts"]
+        assert stage.reoptimizer.profile_probability < 0.01
 
 
 def test_resort_points_double_up_to_the_capacity() -> None:

@@ -16,10 +16,12 @@ import numpy as np
 
 from processors.kernels.drift import (
     ENOUGH,
+    NEVER_DRIFTED,
     P_NEXT,
     P_NOW,
     clear_window,
     drift_check,
+    drift_heeded,
     new_reference,
     next_rate,
 )
@@ -38,6 +40,12 @@ STABLE_TUPLES = 250
 # p_floor): as many samples as one in 8 at 8 times, half the per-batch costs (bench filters:
 # overhead 0.9% -> 0.6% at n = 3..5; docs/adaptive-filters.md)
 FLOOR_EVERY = 16
+# a drift is heeded only this many refills (ENOUGH profile tuples at p_max) after the last
+# one: at Fig. 19's periods of 20,000 and 50,000 tuples heeding every drift kept p at its
+# maximum and the orders on a few hundred profile tuples (+5-8% over LocalSwaps' total time),
+# ignoring them all was lowest there but +6.5% at 100,000 and +15% at 500,000
+# (docs/adaptive-filters.md)
+DRIFT_SPACING_REFILLS = 3.0
 
 
 class AdaptiveRate:
@@ -59,12 +67,15 @@ class AdaptiveRate:
         # backing off before the window holds what the re-optimizer checks from (``checked``,
         # min_profile_tuples) would leave it waiting at the floor
         enough = max(min(capacity, STABLE_TUPLES), min(checked, capacity))
+        spacing = DRIFT_SPACING_REFILLS * enough / p_max if p_max > 0 else 0.0
         self.rate = np.array(
-            [p_max, p_max * floor, p_max, 0.0, enough, FLOOR_EVERY, 0.0, p_max], np.float64
-        )
-        self.out = np.full(1, -1, dtype=np.int64)
+            [p_max, p_max * floor, p_max, NEVER_DRIFTED, enough, FLOOR_EVERY, 0.0, p_max,
+             spacing], np.float64,
+        )  # fmt: skip
+        self.out = np.array([-1, 0], dtype=np.int64)  # drifting position, drift not heeded
         self.args = (self.ref, self.params, self.rate, self.out)
-        self.drifts = 0  # batches in which drift was detected
+        self.drifts = 0  # batches in which drift was detected and heeded
+        self.drifts_unheeded = 0  # ... detected too soon after the last (drift_heeded)
 
     @property
     def p(self) -> float:
@@ -95,16 +106,20 @@ class AdaptiveRate:
         empty the window (``state``, ``patterns``, ``hist``) and its ``view``. Returns the
         drifting position or -1."""
         found = int(drift_check(counts, order, self.ref, self.params))
-        self.out[0] = found  # as the index filters' kernel leaves it
+        heeded = drift_heeded(self.rate, found, counts[0])  # every batch: it counts the tuples
+        self.out[1] = 1 if found >= 0 and not heeded else 0
+        found = found if heeded else -1
+        self.out[0] = found  # as the index filters' kernel leaves them
         if found >= 0:
             clear_window(state, patterns, hist, view)
         self.booked(found)
         return found
 
     def booked(self, found: int) -> None:
-        """Count a drift the kernel found."""
+        """Count a drift the kernel found (``out[1]``: one it did not heed)."""
         if found >= 0:
             self.drifts += 1
+        self.drifts_unheeded += int(self.out[1])
 
     def advance(self, reset: bool, size: int) -> float:
         """The next batch's p (see ``kernels.drift.next_rate``). (After an order change the
