@@ -23,7 +23,7 @@ tuples since the last drift, window size from which p is at the floor, K, batche
 floor, p of the next batch, spacing]: at the floor, only every K-th batch is profiled, at K
 times the floor (as many samples, and the per-batch costs of absorbing them, the view's
 rebuild above all, once in K batches). A drift found less than ``spacing`` tuples after the
-previous one is not heeded (:func:`drift_heeded`).
+previous one is not heeded (:func:`heeded_drift`).
 """
 
 from __future__ import annotations
@@ -122,20 +122,25 @@ def clear_window(state, patterns, hist, view):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def drift_heeded(rate, found, tuples):  # type: ignore[no-untyped-def]
-    """Whether to answer the drift test's ``found`` (a position, or -1) on a batch of
-    ``tuples``: a drift is heeded (the window emptied, p back at its maximum) only when the
-    previous one was at least ``rate[SPACING]`` tuples before it. When the statistics change
-    faster than that, each answer's refill at the maximum p takes much of the time to the next
-    change and its orders rest on a few hundred profile tuples; the stage then adapts as the
-    paper's A-Greedy does, on the window's significant violations (Fig. 19's short periods;
-    docs/adaptive-filters.md)."""
+def heeded_drift(rate, found, tuples, out):  # type: ignore[no-untyped-def]
+    """The drift test's ``found`` (a position, or -1) on a batch of ``tuples`` if it is to be
+    answered (the window emptied, p back at its maximum), else -1, with ``out[1]`` set to 1
+    for a drift found but not heeded: a drift is heeded only when the previous one was at
+    least ``rate[SPACING]`` tuples before it. When the statistics change faster than that,
+    each answer's refill at the maximum p takes much of the time to the next change and its
+    orders rest on a few hundred profile tuples; the stage then adapts as the paper's
+    A-Greedy does, on the window's significant violations (Fig. 19's short periods;
+    docs/adaptive-filters.md). Called on every batch: it counts the tuples."""
     rate[SINCE] += tuples
+    out[1] = 0
     if found < 0:
-        return False
+        return -1
     heeded = rate[SINCE] >= rate[SPACING]
     rate[SINCE] = 0.0
-    return heeded
+    if heeded:
+        return found
+    out[1] = 1
+    return -1
 
 
 @njit(cache=True)

@@ -25,7 +25,7 @@ from processors.kernels.drift import (
     clear_window,
     costs_moved,
     drift_check,
-    drift_heeded,
+    heeded_drift,
     next_rate,
     resort_restart,
 )
@@ -297,10 +297,7 @@ def run_index_filters_adaptive(filters, main, prof, window, adapt):  # type: ign
     m = _run(filters, main, prof)
     order, sels, size, counts, ticks = main[0], main[1], main[2], main[3], main[7]
     ref, params, rate, out = adapt
-    drifted = drift_check(counts, order, ref, params)
-    heeded = drift_heeded(rate, drifted, counts[0])  # every batch: it counts the tuples
-    out[1] = 1 if drifted >= 0 and not heeded else 0
-    drifted = drifted if heeded else -1
+    drifted = heeded_drift(rate, drift_check(counts, order, ref, params), counts[0], out)
     out[0] = drifted
     samples, dropped_at, bits, codes, mode, j = prof[3], prof[4], prof[5], prof[6], prof[7], prof[8]
     n_samples = ticks[1]
@@ -338,10 +335,7 @@ def watch_drift(counts, order, ticks, adapt, window_parts, costs, checked):  # t
     stage it is measured against.)"""
     ref, params, rate, out = adapt
     state, patterns, hist, view, checkpoint = window_parts
-    drifted = drift_check(counts, order, ref, params)
-    heeded = drift_heeded(rate, drifted, counts[0])  # every batch: it counts the tuples
-    out[1] = 1 if drifted >= 0 and not heeded else 0
-    drifted = drifted if heeded else -1
+    drifted = heeded_drift(rate, drift_check(counts, order, ref, params), counts[0], out)
     out[0] = drifted
     if drifted >= 0:
         clear_window(state, patterns, hist, view)

@@ -21,7 +21,7 @@ from processors.kernels.drift import (
     REF_IN,
     REF_ORDER,
     drift_check,
-    drift_heeded,
+    heeded_drift,
     new_checkpoint,
     new_reference,
     next_rate,
@@ -185,17 +185,19 @@ def test_the_rate_drops_to_its_floor_once_the_window_holds_enough_and_jumps_back
 
 def test_a_drift_is_heeded_only_spacing_tuples_after_the_last() -> None:
     """The first drift is heeded; one found fewer than ``spacing`` tuples after the previous
-    (heeded or not) is not; batches without drift add their tuples to the spacing."""
+    (heeded or not) is not (``out[1]`` says so); batches without drift add their tuples."""
     # [p now, floor, max, since, enough, K, batches at the floor, p next, spacing]
     rate = np.array([0.01, 0.01 / 16, 0.01, NEVER_DRIFTED, 250.0, 16.0, 0.0, 0.01, 75_000.0])
-    assert drift_heeded(rate, 3, 10_000)  # the first
-    assert not drift_heeded(rate, -1, 10_000) and not drift_heeded(rate, 2, 10_000)  # 20,000
+    out = np.array([-1, 0], np.int64)
+    assert heeded_drift(rate, 3, 10_000, out) == 3 and out[1] == 0  # the first
+    assert heeded_drift(rate, -1, 10_000, out) == -1 and out[1] == 0
+    assert heeded_drift(rate, 2, 10_000, out) == -1 and out[1] == 1  # 20,000 after
     for _ in range(6):
-        assert not drift_heeded(rate, -1, 10_000)
-    assert not drift_heeded(rate, 0, 10_000)  # 70,000 after the unheeded one
+        assert heeded_drift(rate, -1, 10_000, out) == -1 and out[1] == 0
+    assert heeded_drift(rate, 0, 10_000, out) == -1  # 70,000 after the unheeded one
     for _ in range(7):
-        drift_heeded(rate, -1, 10_000)
-    assert drift_heeded(rate, 5, 5_000)  # 75,000
+        heeded_drift(rate, -1, 10_000, out)
+    assert heeded_drift(rate, 5, 5_000, out) == 5 and out[1] == 0  # 75,000
 
 
 @pytest.mark.parametrize(("period", "heeds_all"), [(20_000, False), (200_000, True)])

@@ -21,7 +21,7 @@ from processors.kernels.drift import (
     P_NOW,
     clear_window,
     drift_check,
-    drift_heeded,
+    heeded_drift,
     new_reference,
     next_rate,
 )
@@ -75,7 +75,7 @@ class AdaptiveRate:
         self.out = np.array([-1, 0], dtype=np.int64)  # drifting position, drift not heeded
         self.args = (self.ref, self.params, self.rate, self.out)
         self.drifts = 0  # batches in which drift was detected and heeded
-        self.drifts_unheeded = 0  # ... detected too soon after the last (drift_heeded)
+        self.drifts_unheeded = 0  # ... detected too soon after the last (heeded_drift)
 
     @property
     def p(self) -> float:
@@ -106,10 +106,8 @@ class AdaptiveRate:
         empty the window (``state``, ``patterns``, ``hist``) and its ``view``. Returns the
         drifting position or -1."""
         found = int(drift_check(counts, order, self.ref, self.params))
-        heeded = drift_heeded(self.rate, found, counts[0])  # every batch: it counts the tuples
-        self.out[1] = 1 if found >= 0 and not heeded else 0
-        found = found if heeded else -1
-        self.out[0] = found  # as the index filters' kernel leaves them
+        found = int(heeded_drift(self.rate, found, counts[0], self.out))
+        self.out[0] = found  # as the index filters' kernel leaves it
         if found >= 0:
             clear_window(state, patterns, hist, view)
         self.booked(found)
