@@ -140,7 +140,7 @@ class AdaptiveCaching:
         self.orders: tuple[tuple[int, ...], ...] = ()
         self.profiles = [OperatorProfile(p.size, self.w) for p in stage.pipelines]
         # the regular pass's time per tuple in and out of each operator (time metric)
-        self.pass_units = [[_meter(4 * self.w) for _ in range(p.size)] for p in stage.pipelines]
+        self.pass_units = [self._pass_meters(p.size) for p in stage.pipelines]
         self._mark: tuple[int, int, int, int] | None = None  # pipeline, position, ns, tuples
         self.arrivals = np.zeros(stage.n, np.float64)
         self._seen = np.zeros(stage.n, np.int64)
@@ -190,7 +190,7 @@ class AdaptiveCaching:
             return
         for i in changed:
             self.profiles[i] = OperatorProfile(stage.pipelines[i].size, self.w)
-            self.pass_units[i] = [_meter(4 * self.w) for _ in range(stage.pipelines[i].size)]
+            self.pass_units[i] = self._pass_meters(stage.pipelines[i].size)
         change = self.selector.order_changed(changed, cands)
         live = {c.ident for c in cands}
         self.blooms = {k: v for k, v in self.blooms.items() if k in live}
@@ -202,7 +202,9 @@ class AdaptiveCaching:
     ) -> None:
         """Before position k of pipeline i: profile a sample of the deltas (k = 0) and feed the
         Bloom filters of the profiled candidates starting at k."""
-        self._time_pass(stage, i, k, len(run.origin))
+        timed = self.metric == "time"
+        if timed:
+            self._time_pass(stage, i, k, len(run.origin))
         if k == 0:
             self._profile(stage, i, delta, gen, run)
         pipe = stage.pipelines[i]
@@ -217,15 +219,18 @@ class AdaptiveCaching:
                     BLOOM_WINDOW, BLOOM_ALPHA, self.w, len(self.blooms), self.horizon
                 )
             bloom.observe(key_words(cols))
-        if self._mark is not None:
+        if timed:  # the operator at k starts now, after this hook's own work
             self._mark = (i, k, time.perf_counter_ns(), len(run.origin))
+
+    def _pass_meters(self, size: int) -> list[tuple[WindowAverage, WindowAverage]]:
+        return [_meter(4 * self.w) for _ in range(size)]
 
     def _time_pass(self, stage: MJoinStage, i: int, k: int, tuples: int) -> None:
         """The regular pass reached position k: the operator before it (if it probed rather
         than looked a cache up) took the time since its own position was reached."""
         now, mark = time.perf_counter_ns(), self._mark
         self._mark = (i, k, now, tuples)
-        if self.metric != "time" or mark is None or mark[:2] != (i, k - 1):
+        if mark is None or mark[:2] != (i, k - 1):
             return
         if self.caches.segment_at(i, k - 1) is None:
             spent, moved = self.pass_units[i][k - 1]
