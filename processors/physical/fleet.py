@@ -23,6 +23,7 @@ from processors.physical.build import chain_factory
 from processors.physical.chain import StageChain
 from processors.physical.compiler import compile_plan
 from processors.stages.merge_stage import marker, tag
+from topics.envelope import decode_batch, encode_batch
 
 NO_TS = -(2**63)
 
@@ -30,10 +31,15 @@ NO_TS = -(2**63)
 class FleetRunner:
     """Every partition of every step of ``plan``, connected as the worker connects them."""
 
-    def __init__(self, plan: LogicalPlan) -> None:
+    def __init__(self, plan: LogicalPlan, envelopes: bool = False) -> None:
         self.plan = plan
+        #: batches between steps go through the envelope format as on the internal topics
+        #: (their arrays then read-only views, as a worker's are: numba compiles those apart)
+        self.envelopes = envelopes
         self.physical = compile_plan(plan)
         partitions = {spec.name: spec.partitions for spec in self.physical.specs}
+        for stream, route in self.physical.ingest_routes.items():  # a fused plan has no topic
+            partitions.setdefault(self.physical.ingest_topics[stream], route.partitions)
         self.chains: dict[tuple[str, int], StageChain] = {}
         for step in self.physical.steps:
             make = chain_factory(plan, step)
@@ -80,6 +86,8 @@ class FleetRunner:
             if len(batch):
                 self.results.append((q, batch))
             return
+        if self.envelopes:
+            batch = decode_batch(encode_batch(batch))
         chain = self.chains[(step.name, q)]
         outputs = [o for o in chain.push(step.in_topics[topic], batch) if len(o)]
         self._forward(step.name, q, outputs)

@@ -75,7 +75,7 @@ def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
     return parts
 
 
-def _decode(
+def decode_block(
     block: RecordBlock,
     packed: tuple[np.ndarray, np.ndarray],
     codec: RecordCodec,
@@ -104,7 +104,7 @@ def _block_to_batches(
     ts_field: str | None,
 ) -> list[Batch]:
     """Bulk-decode a block's packed values; undecodable records become dead letters."""
-    batches, errors = _decode(block, packed, codec, ts_field)
+    batches, errors = decode_block(block, packed, codec, ts_field)
     for index, reason in errors:
         block_dead_letter(ctx, name, block, index, reason)
     return batches
@@ -159,9 +159,8 @@ def add_ingest_agent(
         """Record ``index`` decoded again (a fused tail's retry; its decode errors are known)."""
         one = block.record(index)
         try:
-            return [
-                b for b in _decode(one, one.packed_values(), codec, timestamp_field)[0] if len(b)
-            ]
+            decoded = decode_block(one, one.packed_values(), codec, timestamp_field)[0]
+            return [b for b in decoded if len(b)]
         except Exception:  # reported as a dead letter on the first pass
             return []
 

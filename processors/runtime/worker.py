@@ -60,6 +60,7 @@ from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stateful import add_stateful_agent
 from processors.runtime.stats import StatsBoard
+from processors.runtime.warm_up import warm_kernels
 from processors.runtime.web_auth import check_exposure
 from processors.runtime.web_pages import add_pages, pipeline_graph
 from topics.columnar import RecordCodec
@@ -473,7 +474,9 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     plan = _resolved(plan, options)
     ensure_topics(options.bootstrap, topic_specs(compile_plan(plan)), security=options.kafka)
     app, producer = build_app(plan, options)
+    warmed_s = warm_kernels(plan)  # numba compiles now, not amid the first records
     freeze_heap()
+    trim_heap()  # what the warm-up's records took goes back to the system
     info = options.state_dir / "workers" / f"{options.worker_id}.json"
     info.parent.mkdir(parents=True, exist_ok=True)
     host = "127.0.0.1" if options.web_host in ("0.0.0.0", "::") else options.web_host
@@ -481,7 +484,8 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
     web = f"{root}/streamon/status" if root else None
     info.write_text(json.dumps({"worker_id": options.worker_id, "pid": os.getpid(),
                                 "status_url": web, "page_url": root and f"{root}/",
-                                "scheduling": scheduling}))  # fmt: skip
+                                "scheduling": scheduling,
+                                "kernel_warm_up_s": round(warmed_s, 3)}))  # fmt: skip
     log.info("worker %s runs query %s; status: %s; plan page: %s/", options.worker_id,
              plan.name, web, root)  # fmt: skip
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)

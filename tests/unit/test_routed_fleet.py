@@ -21,7 +21,7 @@ from oracle.naive import naive_join, naive_window_deltas, result_counter
 
 from processors.core.batch import Batch
 from processors.core.partitioning import partitioning
-from processors.core.query import Query
+from processors.core.query import Query, col
 from processors.physical.fleet import FleetRunner
 
 SCHEMA = {
@@ -116,8 +116,10 @@ WINDOWS = [("range", 15, ()), ("range", 4, ()), ("rows", 2, ("a",)), None]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 3))
-def test_a_routed_join_on_every_partition_equals_the_naive_join(seed: int, n: int) -> None:
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 3), envelopes=st.booleans())
+def test_a_routed_join_on_every_partition_equals_the_naive_join(
+    seed: int, n: int, envelopes: bool
+) -> None:
     rng = np.random.default_rng(seed)
     names = [f"s{i}" for i in range(n)]
     streams = {m: make_stream(rng, int(rng.integers(5, 40)), int(rng.integers(2, 6)),
@@ -125,7 +127,7 @@ def test_a_routed_join_on_every_partition_equals_the_naive_join(seed: int, n: in
     windows = {m: WINDOWS[int(rng.integers(0, len(WINDOWS) - (1 if n > 2 else 0)))]
                for m in names}  # fmt: skip
     plan = join_query(streams, windows).build()
-    fleet = FleetRunner(plan)
+    fleet = FleetRunner(plan, envelopes=envelopes)  # envelopes: as on the internal topics
     assert fleet.physical.steps[-1].out_partitions == max(s["parts"] for s in streams.values())
     feed(fleet, streams, rng)
     released = len(fleet.results)
@@ -145,6 +147,25 @@ def test_a_routed_join_on_every_partition_equals_the_naive_join(seed: int, n: in
     assert before_end(got) == before_end(expected), (sum(got.values()), sum(expected.values()))
     # everything before the closing records came out without the flush
     assert not before_end(counted([b for _, b in fleet.results[released:]]))
+
+
+def test_a_fused_filter_plan_runs_on_every_input_partition() -> None:
+    """A stateless single-stream plan has no internal topic (the worker runs it inside
+    ingest, processors/runtime/fused.py): its step runs once per input partition."""
+    rng = np.random.default_rng(5)
+    s = make_stream(rng, 300, 10, 3)
+    query = Query("fused").stream("r", topic="in.r", schema=SCHEMA, timestamp="ts", partitions=3)
+    plan = query.where(col("r.b") < 4).into("out").build()
+    fleet = FleetRunner(plan, envelopes=True)
+    assert fleet.physical.fused
+    for p in range(3):
+        rows = np.flatnonzero(s["part"] == p)
+        cols = {c: v[rows] for c, v in s["cols"].items()}
+        fleet.push("r", p, Batch.inserts({**cols, "ts": s["ts"][rows]}, ts=s["ts"][rows]))
+    fleet.flush()
+    got = sorted(int(x) for _, b in fleet.results for x in b.columns["a"][b.columns["b"] < 4])
+    assert fleet.result_rows() == len(got)  # every result passes the filter
+    assert got == sorted(s["cols"]["a"][s["cols"]["b"] < 4].tolist())
 
 
 def test_results_come_out_before_the_end_when_every_partition_moves_on() -> None:
