@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 
 import numpy as np
 from numba.core import event as numba_events
@@ -35,9 +34,8 @@ from numba.core import event as numba_events
 from processors.core.batch import Batch, Column, VarColumn, null_column
 from processors.core.plan import LogicalPlan
 from processors.physical.fleet import FleetRunner
-from processors.runtime.fetch_runs import block_of, run_of
 from processors.runtime.ingest import decode_block
-from processors.runtime.record_block import RecordBlock
+from processors.runtime.record_block import Packed, RecordBlock
 from processors.runtime.state import StateSnapshots
 from topics.avro_layout import FlatField
 from topics.columnar import RecordCodec
@@ -92,16 +90,15 @@ def _blocks(rows: int) -> Iterator[tuple[int, int]]:
 
 
 def fetched_block(topic: str, partition: int, codec: RecordCodec, batch: Batch) -> RecordBlock:
-    """``batch`` encoded as ``topic``'s records and made into a block as a fetch makes one
-    (offsets and Kafka timestamps counting up from its first event time)."""
+    """``batch`` encoded as ``topic``'s records, in a block over one buffer as a fetch makes
+    it (no keys; offsets and Kafka timestamps counting up from its first event time)."""
     buf, offsets = codec.encode_many(batch.columns, len(batch))
-    first = int(batch.ts[0])
-    records = [
-        SimpleNamespace(offset=first + i, timestamp=first + i, key=None,
-                        value=buf[offsets[i] : offsets[i + 1]].tobytes())
-        for i in range(len(batch))
-    ]  # fmt: skip
-    return block_of(topic, partition, [run_of(records)])
+    n = len(batch)
+    no_keys = np.full(n, -1, np.int64)
+    data = np.frombuffer(buf.tobytes(), np.uint8)  # read-only, as over a fetch response
+    packed = Packed(data, np.zeros(n, np.int64), no_keys, offsets[:-1].copy(), np.diff(offsets))
+    counting = int(batch.ts[0]) + np.arange(n, dtype=np.int64)
+    return RecordBlock.packed(topic, partition, counting, counting, packed)
 
 
 class _Discard:
