@@ -52,6 +52,8 @@ Unit = tuple[str, int]  # (agent, input partition)
 #: how often units commit an epoch (and so how long outputs wait at each hop)
 COMMIT_INTERVAL_S = 1.0
 _DELETE = (SIGN_HEADER, b"-1")
+#: the floor of a revoked partition's input: above every offset, so that all of it is skipped
+REVOKED_FLOOR = 1 << 62
 
 
 @dataclass
@@ -85,6 +87,9 @@ class ExactlyOnce:
         self._progress: dict[Unit, dict[str, int]] = {}  # stateless units, since the last commit
         self._base: dict[Unit, dict[str, int]] = {}  # stateless units, last committed
         self._restored: dict[Unit, StoredSnapshot | None] = {}
+        #: (topic, partition)s revoked and not assigned again: blocks of them that agents took
+        #: before the rebalance are not this worker's to process any more (:meth:`forget`)
+        self._revoked: set[tuple[str, int]] = set()
         #: (topic, partition) -> committed next offset: the consumer group never commits past it
         self.committed: dict[tuple[str, int], int] = {}
         self._counts: dict[str, int] = {}
@@ -175,7 +180,10 @@ class ExactlyOnce:
 
     def floor(self, agent: str, topic: str, partition: int) -> int:
         """The first offset of ``topic[partition]`` the unit has not committed: input below it
-        is skipped (the group's offsets may trail the stored positions by one commit)."""
+        is skipped (the group's offsets may trail the stored positions by one commit). A
+        revoked partition's input is all skipped, and its record is not read."""
+        if (topic, partition) in self._revoked:
+            return REVOKED_FLOOR
         stored = self.load(agent, partition)
         return 0 if stored is None else stored.positions.get(topic, 0)
 
@@ -215,6 +223,8 @@ class ExactlyOnce:
             name, partition = unit
             outbox = self._outboxes.pop(unit, None) or Outbox()
             progress = self._progress.pop(unit, {})
+            if not self._holds(unit):  # worked on after its partition was revoked: dropped
+                continue
             stateful = self.agents[name].units
             if stateful is not None:
                 held = stateful.held.get(partition)
@@ -302,18 +312,28 @@ class ExactlyOnce:
         log.info("%s: epoch %d's outputs sent again after a restart: %d of %d (the other %d "
                  "had arrived)", name, epoch, len(outbox) - there, len(outbox), there)  # fmt: skip
 
+    def _holds(self, unit: Unit) -> bool:
+        name, partition = unit
+        return not any((t, partition) in self._revoked for t in self.agents[name].in_topics)
+
     def forget(self, partitions: Iterable[Any]) -> None:
         """Revoked partitions (just committed): their next owner restores them from the stored
-        records. Anything their units did after that commit is dropped unsent: the new owner
-        redoes it from the stored positions, and a record written here now would overwrite
-        the new owner's."""
+        records. Anything their units do after that commit, until the partition is assigned
+        here again, is dropped unsent: the new owner redoes it from the stored positions, and
+        a record written here would overwrite the new owner's and delete its state's chunks
+        (an agent may still hold a block of the partition it took before the rebalance)."""
         for tp in partitions:
             for name, agent in self.agents.items():
                 if tp.topic in agent.in_topics:
                     unit = (name, tp.partition)
                     for kept in (self._restored, self._base, self._outboxes, self._progress):
                         kept.pop(unit, None)
+                    self._revoked.add((tp.topic, tp.partition))
             self.committed.pop((tp.topic, tp.partition), None)
+
+    def assigned(self, partitions: Iterable[Any]) -> None:
+        """Partitions (re)assigned to this worker: their units work again."""
+        self._revoked.difference_update((tp.topic, tp.partition) for tp in partitions)
 
     def wanted(self, assigned: set[TP]) -> list[Wanted]:
         """The units of ``assigned`` not restored yet (the restorer reads them in one pass)."""
@@ -341,6 +361,9 @@ class ExactlyOnce:
             await self.commit()
             self.forget(revoked)
 
+        async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
+            self.assigned(assigned)
+
         @app.timer(COMMIT_INTERVAL_S)
         async def commit_epochs() -> None:
             # on its own clock: the consumer group calls its commit hooks only when it has
@@ -349,8 +372,9 @@ class ExactlyOnce:
             await self.commit()
 
         app.on_partitions_revoked.connect(on_revoked)
+        app.on_partitions_assigned.connect(on_assigned)
         app.commit_cap = self.cap
-        self._receivers = (on_revoked, commit_epochs)
+        self._receivers = (on_revoked, on_assigned, commit_epochs)
 
     def stats(self) -> dict[str, int]:
         return {"epochs": self.epochs, "resent": self.resent, "found_sent": self.found_sent}

@@ -63,7 +63,15 @@ class PartitionUnits:
         self.snapshots = snapshots
         self.reset_state = reset_state
         self.held: dict[int, Held] = {}
+        #: partitions revoked and not assigned again: a block of one that the agent took before
+        #: the rebalance is its new owner's to process (a unit made for it here would save
+        #: over the new owner's state)
+        self.revoked: set[int] = set()
         self._changes_seen: dict[tuple[int, str], int] = {}
+
+    def holds(self, partition: int) -> bool:
+        """Whether ``partition``'s input is this worker's to process."""
+        return partition not in self.revoked
 
     def get(self, partition: int) -> Held:
         held = self.held.get(partition)
@@ -177,12 +185,14 @@ class PartitionUnits:
         async def on_assigned(sender: Any, assigned: Any, **_: Any) -> None:
             held = {tp.partition for tp in assigned if tp.topic in self.in_topics}
             self.drop(set(self.held) - held)
+            self.revoked -= held
 
         async def on_revoked(sender: Any, revoked: Any, **_: Any) -> None:
             """A partition may move to another worker: save it, then forget it."""
             mine = {tp.partition for tp in revoked if tp.topic in self.in_topics}
             await self.save(flush)
             self.drop(mine)
+            self.revoked |= mine
 
         async def save() -> None:
             await self.save(flush)

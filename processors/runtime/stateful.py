@@ -166,6 +166,8 @@ def add_stateful_agent(
         # is left to its new owner, who restores its state and redoes the rest
         work = []
         for block in todo:
+            if not units.holds(block.partition):
+                continue  # taken before its partition was revoked: the new owner's now
             if block.offsets:  # a unit that cannot be made or restored names its input
                 cursor.at(block.topic, block.partition, block.offsets[0], block.offsets[-1])
             part = units.get(block.partition)

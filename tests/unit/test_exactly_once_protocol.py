@@ -1,7 +1,8 @@
 """The exactly-once commit protocol in process: what a commit writes, in which order, what a
 restart sends again, and what a revoked unit drops. The broker side (tails, real crashes) is
 tests/faults; here the producer and the state store are small recorders of our own classes'
-interfaces, so the protocol's steps can be checked exactly."""
+interfaces, so the protocol's steps can be checked exactly, and the state store is the real
+one over a recorded topic where two workers' records meet."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import asyncio
 from typing import Any
 
 import numpy as np
+from test_state_snapshots import Log, read_back
 
 from processors.core.batch import VarColumn
 from processors.runtime import exactly_once as eo_module
-from processors.runtime.exactly_once import ExactlyOnce
+from processors.runtime.exactly_once import REVOKED_FLOOR, ExactlyOnce
 from processors.runtime.outbox import Outbox
-from processors.runtime.state import StoredSnapshot
+from processors.runtime.state import StateSnapshots, StoredSnapshot
 
 
 class Recorder:
@@ -46,6 +48,7 @@ class Store:
         self.producer = producer
         self.records: dict[tuple[str, int], StoredSnapshot] = {}
         self.sent: set[tuple[str, int, int]] = set()
+        self.loads: list[tuple[str, int]] = []
 
     def save(self, agent, partition, positions, data, outbox=b"", epoch=None) -> int:
         self.producer.log.append(("record", agent, partition, dict(positions)))
@@ -59,6 +62,7 @@ class Store:
         self.sent.add((agent, partition, epoch))
 
     def load(self, agent, partition):
+        self.loads.append((agent, partition))
         stored = self.records.get((agent, partition))
         if stored is None:
             return None
@@ -166,3 +170,59 @@ def test_revoked_units_drop_what_they_did_after_their_last_commit() -> None:
     eo.forget([type("TP", (), {"topic": "in", "partition": 3})()])
     asyncio.run(eo.commit())
     assert producer.log == [] and ("ingest.r", 3) not in store.records
+
+
+def tp(partition: int) -> Any:
+    return type("TP", (), {"topic": "in", "partition": partition})()
+
+
+def test_a_revoked_partition_is_not_worked_on_until_it_is_assigned_again() -> None:
+    """An agent may still hold a block of a partition it took before the rebalance: its input
+    is all skipped, its record is not read, what it does anyway is dropped."""
+    eo, producer, store = protocol()
+    eo.forget([tp(3)])
+    assert eo.floor("ingest.r", "in", 3) == REVOKED_FLOOR
+    with eo.unit("ingest.r", 3):
+        eo.produce("env", b"zombie", partition=3)
+    eo.done("ingest.r", 3, "in", 9)
+    asyncio.run(eo.commit())
+    assert producer.log == [] and store.records == {} and store.loads == []
+    eo.assigned([tp(3)])
+    assert eo.floor("ingest.r", "in", 3) == 0  # reads its (absent) record: a unit again
+    eo.done("ingest.r", 3, "in", 12)
+    asyncio.run(eo.commit())
+    assert store.records[("ingest.r", 3)].positions == {"in": 12}
+
+
+def test_a_revoked_workers_late_block_leaves_the_new_owners_state_whole(monkeypatch) -> None:
+    """The CI failure of stop 40: the old owner of a partition worked on a block it had taken
+    before the rebalance, read the new owner's record, saved over it and deleted the new
+    owner's chunk; the new owner's next header named that chunk (it believed it stored), and
+    the next restore stopped the worker on a missing chunk. The real state store here, over
+    one recorded topic."""
+    topic = Log()
+    read_back(monkeypatch, topic.records)
+    workers = []
+    for _ in range(2):
+        store = StateSnapshots("unused:9092", "state", topic)  # type: ignore[arg-type]
+        eo = ExactlyOnce(Recorder(), store, "unused:9092")  # type: ignore[arg-type]
+        eo.register("ingest.r", ["in"])
+        workers.append(eo)
+    old, new = workers
+    old.done("ingest.r", 1, "in", 10)
+    asyncio.run(old.commit())
+    old.forget([tp(1)])  # the rebalance: the partition moves to the new worker
+    assert new.floor("ingest.r", "in", 1) == 10
+    new.done("ingest.r", 1, "in", 20)
+    asyncio.run(new.commit())
+    # the old worker's agent works on the block it took before the rebalance
+    with old.unit("ingest.r", 1):
+        old.produce("env", b"late", partition=1)
+    old.done("ingest.r", 1, "in", 15)
+    written = len(topic.records)
+    asyncio.run(old.commit())
+    assert len(topic.records) == written  # nothing of the old worker's reaches the topic
+    new.done("ingest.r", 1, "in", 30)
+    asyncio.run(new.commit())
+    stored = StateSnapshots("unused:9092", "state", Log()).load("ingest.r", 1)  # type: ignore[arg-type]
+    assert stored is not None and stored.positions == {"in": 30}

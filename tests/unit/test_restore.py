@@ -43,6 +43,9 @@ class Unit:
     def load_snapshot(self, data: bytes) -> None:
         self.state = data
 
+    def snapshot_parts(self) -> list[bytes]:
+        return [self.state]
+
 
 def stored_state(monkeypatch: pytest.MonkeyPatch, *gates: threading.Event) -> Log:
     """A state topic holding one snapshot per partition; the n-th pass over it waits for
@@ -151,3 +154,31 @@ def test_a_failed_pass_stops_the_worker_naming_the_state_topic(monkeypatch) -> N
     run(check())
     assert len(stops) == 1 and "from state" in stops[0][0] and "unreachable" in stops[0][0]
     assert stops[0][1] == restore_module.EXIT_OUTPUT_FAILED
+
+
+def test_a_revoked_partition_is_not_held_until_it_is_assigned_again(monkeypatch) -> None:
+    """A block the agent took before a rebalance may come after it: the stateful agent asks
+    ``holds`` first and leaves a revoked partition's block to its new owner (a unit made for
+    it here would restore the new owner's state and save over it)."""
+    opened = threading.Event()
+    opened.set()
+    log = stored_state(monkeypatch, opened)
+    app, _ = make_consumer()
+    units = PartitionUnits("join", [TOPIC], Unit, StateSnapshots("unused:9092", "state", log))  # type: ignore[arg-type]
+    flushed = []
+
+    async def flush() -> None:
+        flushed.append(len(log.records))
+
+    async def check() -> None:
+        units.connect(app, flush)
+        units.get(0).dirty = True
+        written = len(log.records)
+        await app.on_partitions_revoked.send(ASSIGNED | {RAW})
+        assert flushed == [len(log.records)] > [written]  # saved,
+        assert units.held == {}  # then forgotten
+        assert not units.holds(0) and not units.holds(1)
+        await app.on_partitions_assigned.send({TP(TOPIC, 1)})
+        assert units.holds(1) and not units.holds(0)
+
+    run(check())
