@@ -196,10 +196,11 @@ def test_a_revoked_partition_is_not_worked_on_until_it_is_assigned_again() -> No
 
 def test_a_revoked_workers_late_block_leaves_the_new_owners_state_whole(monkeypatch) -> None:
     """The CI failure of stop 40: the old owner of a partition worked on a block it had taken
-    before the rebalance, read the new owner's record, saved over it and deleted the new
-    owner's chunk; the new owner's next header named that chunk (it believed it stored), and
-    the next restore stopped the worker on a missing chunk. The real state store here, over
-    one recorded topic."""
+    before the rebalance, read the new owner's record, saved over it (older positions, an
+    outbox the new owner redoes) and deleted the new owner's chunk; the new owner's next
+    header named that chunk (it believed it stored), and the next restore stopped the worker
+    on a missing chunk. The real state store here, over one recorded topic: the old worker
+    writes nothing, and the record read back is the new owner's."""
     topic = Log()
     read_back(monkeypatch, topic.records)
     workers = []

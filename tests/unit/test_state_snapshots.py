@@ -173,6 +173,20 @@ def test_a_missing_chunk_names_the_snapshot_and_the_chunk(monkeypatch) -> None:
     assert "'agg/3'" in str(info.value) and chunk.key.decode() in str(info.value)
 
 
+def test_a_stateless_units_record_is_its_header_alone(monkeypatch) -> None:
+    """No bytes, no chunk: the record of a unit without state (positions and, in exactly-once
+    mode, an outbox) depends on no other record of the topic."""
+    log = Log()
+    store = StateSnapshots("unused:9092", "state", log)  # type: ignore[arg-type]
+    for at in (3, 7):
+        store.save("ingest.r", 1, {"in": at}, b"")
+    assert [r.key for r in log.records] == [b"ingest.r/1", b"ingest.r/1"]
+    assert json.loads(log.records[-1].value or b"")["chunks"] == []
+    read_back(monkeypatch, log.records)
+    stored = StateSnapshots("unused:9092", "state", Log()).load("ingest.r", 1)  # type: ignore[arg-type]
+    assert stored is not None and stored.data == b"" and stored.positions == {"in": 7}
+
+
 @pytest.mark.parametrize(
     ("header", "reason"),
     [
