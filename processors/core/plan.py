@@ -313,7 +313,8 @@ class LogicalPlan:
         if not self.joins or not c.caches_on:
             return None
         return {"cache_memory_mb": c.cache_memory_mb, "cache_interval": c.cache_interval,
-                "cache_window": c.cache_window, "cache_metric": c.cache_metric}  # fmt: skip
+                "cache_window": c.cache_window, "cache_metric": c.cache_metric,
+                "cache_profile_probability": c.cache_profile_probability}  # fmt: skip
 
     @property
     def scheduling_config(self) -> SchedulingConfig:

@@ -61,7 +61,8 @@ class QuerySettings:
         A-Greedy+'s ``confidence_z``, ``p_floor``, ``drift_effect``: docs/adaptive-filters.md).
         Without adapt(), filters run A-Greedy+. ``caching=True`` and/or
         ``cache_memory_mb=64`` make the MJoin adapt subresult caches (A-Caching;
-        ``cache_interval``, ``cache_window``, ``cache_metric``: docs/caching.md); off by default.
+        ``cache_interval``, ``cache_window``, ``cache_metric``, ``cache_profile_probability``:
+        docs/caching.md); off by default.
         """
         if self._ordering is not None:
             raise QueryError("adapt() is given twice")

@@ -42,6 +42,7 @@ _ORDERING_TYPES = {
     "cache_memory_mb": ("real", True),
     "cache_interval": ("int", False),
     "cache_window": ("int", False),
+    "cache_profile_probability": ("real", True),
 }
 
 

@@ -132,7 +132,8 @@ class AdaptiveCaching:
         self.metric = cfg.cache_metric
         self.horizon = BLOOM_HORIZON[self.metric]
         self.budget = cfg.cache_budget_bytes
-        self.p = max(cfg.p, MIN_PROFILE_P)
+        cp = cfg.cache_profile_probability
+        self.p = max(cfg.p, MIN_PROFILE_P) if cp is None else cp
         self.step = max(1, cfg.cache_interval // 10)
         self._rng = np.random.default_rng(cfg.seed)
         self.selector = AdaptiveSelector([], AdaptiveConfig(cfg.cache_interval, 0.2, 0,

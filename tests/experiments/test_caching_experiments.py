@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from processors.experiments import acache_fig12 as fig12_experiments
 from processors.experiments import all_experiments
 from processors.experiments.caching import EXPERIMENTS, Point, measure, run_experiment
 from processors.experiments.plotting import read_csv
@@ -34,3 +35,16 @@ def test_a_join_without_its_index_gives_the_indexed_joins_results() -> None:
     for window in (100, 400):
         scanned = measure(Point(s_values=window, scan_s=True), 800)
         assert scanned["results"] == measure(Point(s_values=window), 800)["results"] > 0
+
+
+def test_fig12_writes_its_timeline_and_every_plan_agrees(tmp_path: Path) -> None:
+    """Fig. 12 (processors/experiments/acache_fig12.py): the two static plans, the MJoin and
+    the adaptive one give the same result inserts (the module raises otherwise), one rate per
+    bucket each, and the notes say what the adaptive plan did."""
+    paths = fig12_experiments.run_experiment("acache-fig12", tmp_path, scale=0.02)
+    assert [p.suffix for p in paths] == [".csv", ".png"]
+    rows = read_csv(paths[0])
+    assert len(rows) == 20
+    assert all(float(r[k]) > 0 for r in rows for k in ("T(RS)", "R(TS)", "mjoin", "adaptive"))
+    notes = paths[0].read_text()
+    assert "result inserts from every plan" in notes and "adaptive cache changes" in notes

@@ -7,6 +7,7 @@ the S ⋈ T cache in ΔR's); memory budgets; configuration through adapt(), CQL 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -193,6 +194,16 @@ def test_fig12_the_r_s_cache_then_after_a_burst_of_r_the_s_t_cache(
     assert any("caches changed" in r.message for r in caplog.records)
 
 
+@pytest.mark.parametrize(("p", "cache_p", "used"), [(0.5, None, 0.5), (0.01, None, 0.05),
+                                                     (0.5, 0.01, 0.01)])  # fmt: skip
+def test_cache_profiling_has_its_own_probability(p: float, cache_p: float | None, used: float):
+    """Appendix A's p_i: by default the larger of A-Greedy's p and 0.05; a setting of its own
+    lets A-Greedy profile often (a rare drop seen soon) and the cache-free pass stay rare."""
+    config = replace(FIG12, profile_probability=p, cache_profile_probability=cache_p)
+    _, join, _ = fig12(config, units=200, burst_at=None)
+    assert join.caches.adaptive is not None and join.caches.adaptive.p == used
+
+
 def test_fig12_without_a_burst_keeps_the_r_s_cache() -> None:
     _, join, used = fig12(FIG12, units=2400, burst_at=None)
     assert used[-1] == [RS_IN_T]
@@ -243,6 +254,7 @@ def test_caching_is_off_unless_enabled() -> None:
         ({"caching": "yes"}, "caching must be True or False"),
         ({"cache_interval": 0}, "cache_interval must be at least 1"),
         ({"cache_metric": "cycles"}, "cache_metric must be 'time' or 'tuples'"),
+        ({"cache_profile_probability": 0}, "cache_profile_probability must be in (0, 1]"),
         ({"cache_memory_mb": "64 MB"}, "cache_memory_mb must be a number"),
     ],
 )
@@ -260,7 +272,8 @@ def test_adapt_carries_caching_through_the_plan_to_the_mjoin() -> None:
     plan = plan.adapt("agreedy", caching=True, cache_memory_mb=2).build()
     assert plan.ordering_config.caches_on and plan.ordering_config.cache_memory_mb == 2
     assert plan.to_json()["caching"] == {"cache_memory_mb": 2, "cache_interval": 10_000,
-                                         "cache_window": 10, "cache_metric": "tuples"}  # fmt: skip
+                                         "cache_window": 10, "cache_metric": "tuples",
+                                         "cache_profile_probability": None}  # fmt: skip
     assert range_query({"r": 1, "s": 1}, {"r": 10, "s": 10}).build().to_json()["caching"] is None
     joins = [s for c in FleetRunner(plan).chains.values() for s in c.stages
              if isinstance(s, MJoinStage)]  # fmt: skip
@@ -374,7 +387,6 @@ def test_time_metric_times_the_regular_pass_and_estimates_misses_over_a_horizon(
     profiled sample is too small a batch to time), the last operator's too (the pass's end
     hook), and the miss estimate remembers keys over BLOOM_HORIZON windows; the results are
     the plain MJoin's."""
-    from dataclasses import replace
 
     got, join, _ = fig12(replace(FIG12, cache_metric="time"), units=1200, burst_at=None)
     plain, _, _ = fig12(OrderingConfig("agreedy"), units=1200, burst_at=None)

@@ -74,6 +74,10 @@ class OrderingConfig:
     cache_interval: int = 10_000
     cache_window: int = 10
     cache_metric: str = "tuples"  # counted work, as the MJoin's join order costs; or "time"
+    # the deltas a pipeline profiles without caches (Appendix A's p_i); None: the larger of
+    # profile_probability and 0.05. Apart from A-Greedy's p, which may have to be high for
+    # a rare drop to be seen soon while every cache-free delta costs the segments it skips
+    cache_profile_probability: float | None = None
 
     def __post_init__(self) -> None:
         known = algorithms()
@@ -118,6 +122,9 @@ class OrderingConfig:
             )
         if self.cache_window < 1:
             raise OrderingConfigError(f"cache_window must be at least 1, got {self.cache_window}")
+        cp = self.cache_profile_probability
+        if cp is not None and not 0.0 < cp <= 1.0:
+            raise OrderingConfigError(f"cache_profile_probability must be in (0, 1], got {cp}")
         if self.cache_metric not in ("time", "tuples"):
             raise OrderingConfigError(
                 f"cache_metric must be 'time' or 'tuples', got {self.cache_metric!r}"
