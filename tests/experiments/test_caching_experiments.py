@@ -37,11 +37,13 @@ def test_a_join_without_its_index_gives_the_indexed_joins_results() -> None:
         assert scanned["results"] == measure(Point(s_values=window), 800)["results"] > 0
 
 
-def test_fig12_writes_its_timeline_and_every_plan_agrees(tmp_path: Path) -> None:
-    """Fig. 12 (processors/experiments/acache_fig12.py): the two static plans, the MJoin and
-    the adaptive one give the same result inserts (the module raises otherwise), one rate per
-    bucket each, and the notes say what the adaptive plan did."""
-    paths = fig12_experiments.run_experiment("acache-fig12", tmp_path, scale=0.02)
+@pytest.mark.parametrize("name", sorted(fig12_experiments.EXPERIMENTS))
+def test_fig12_writes_its_timeline_and_every_plan_agrees(name: str, tmp_path: Path) -> None:
+    """Fig. 12 (processors/experiments/acache_fig12.py), departed and on the paper's settings:
+    the two static plans, the MJoin and the adaptive one give the same result inserts (the
+    module raises otherwise), one rate per bucket each, and the notes say what the adaptive
+    plan did."""
+    paths = fig12_experiments.run_experiment(name, tmp_path, scale=0.02)
     assert [p.suffix for p in paths] == [".csv", ".png"]
     rows = read_csv(paths[0])
     assert len(rows) == 20
