@@ -27,7 +27,7 @@ over 1,000, Table 1's profiling, 200,000 ΔS tuples); ``acache-fig12`` departs f
   a globally-consistent (T ⋈ S) ⋈ R cache instead, which this executor does not run);
 - the adaptive plans' A-Greedy keeps a time-based profile window of one and a half window
   spans and profiles 5% of the dropped deltas, acting on 20 profile tuples (Table 1's 1% and
-  a window of tuples would see the burst's new drops after about a million ΔS tuples);
+  a window of tuples would see the burst's new drops after about 700,000 ΔS deltas);
   A-Caching profiles 1% of the deltas without caches and weighs measured time
   (``cache_metric``);
 - 50,000 ΔS tuples at scale 1 (the paper's run has 200,000; S's scanned window makes each
