@@ -69,12 +69,10 @@ class VarColumn:
         from processors.kernels.gather import gather_var
 
         idx = np.asarray(indices, dtype=np.int64)
-        n = len(self)
-        if len(idx) and (idx.min() < -n or idx.max() >= n):
-            raise IndexError(f"index out of range for a column of {n} values")
-        if len(idx) and idx.min() < 0:
-            idx = np.where(idx < 0, idx + n, idx)
-        offsets, data = gather_var(self.offsets, self.data, idx)
+        try:
+            offsets, data = gather_var(self.offsets, self.data, idx)
+        except IndexError:
+            raise IndexError(f"index out of range for a column of {len(self)} values") from None
         return VarColumn(offsets, data, self.utf8)
 
     @staticmethod

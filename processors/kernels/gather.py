@@ -6,16 +6,25 @@ import numpy as np
 
 @nb.njit(cache=True, nogil=True)
 def gather_var(offsets: np.ndarray, data: np.ndarray, indices: np.ndarray):
-    """Values at ``indices`` of an offsets/data column, as a new offsets/data pair."""
+    """Values at ``indices`` of an offsets/data column, as a new offsets/data pair; negative
+    indices count from the end, as in numpy, and one out of range raises IndexError (checked
+    here, in the pass that sizes the output, rather than by reductions before the call)."""
     n = len(indices)
+    values = len(offsets) - 1
     out_offsets = np.empty(n + 1, np.int64)
     out_offsets[0] = 0
     for j in range(n):
         i = indices[j]
+        if i < 0:
+            i += values
+        if i < 0 or i >= values:
+            raise IndexError("index out of range for a variable-length column")
         out_offsets[j + 1] = out_offsets[j] + (offsets[i + 1] - offsets[i])
     out = np.empty(out_offsets[n], np.uint8)
     for j in range(n):
         i = indices[j]
+        if i < 0:
+            i += values
         start = offsets[i]
         length = offsets[i + 1] - start
         dst = out_offsets[j]
