@@ -39,7 +39,8 @@ from processors.core.joins.graph import Pipeline, Side
 from processors.core.ordering.config import OrderingConfig
 from processors.core.state_codec import SnapshotError
 from processors.stages.join_store import EVENT_TIME
-from processors.stages.mjoin_stage import MJoinStage, _Run, wall_ms
+from processors.stages.mjoin_stage import MJoinStage, wall_ms
+from processors.stages.pipeline_run import PipelineRun
 from processors.stages.window_stage import NOT_APPEND_ONLY
 
 NO_TS = np.iinfo(np.int64).min
@@ -119,7 +120,13 @@ class EagerMJoinStage(MJoinStage):
 
     # -- the window condition -----------------------------------------------------------------
     def _probe(
-        self, pipe: Pipeline, delta: Batch, gen: np.ndarray, run: _Run, e: int, bind: bool = False
+        self,
+        pipe: Pipeline,
+        delta: Batch,
+        gen: np.ndarray,
+        run: PipelineRun,
+        e: int,
+        bind: bool = False,
     ) -> None:
         """Every probe binds (an existence probe cannot see the window condition); then the
         combinations so far that no later tuple can make valid are dropped."""
@@ -129,7 +136,9 @@ class EagerMJoinStage(MJoinStage):
             if not keep.all():
                 run.keep(keep)
 
-    def _members(self, pipe: Pipeline, delta: Batch, run: _Run) -> list[tuple[int, np.ndarray]]:
+    def _members(
+        self, pipe: Pipeline, delta: Batch, run: PipelineRun
+    ) -> list[tuple[int, np.ndarray]]:
         """(input, event times) of every tuple bound in each combination so far."""
         members = [(pipe.root, np.asarray(delta.ts, np.int64)[run.origin])]
         for e, slots in run.bound.items():
@@ -148,7 +157,7 @@ class EagerMJoinStage(MJoinStage):
             which[ts == newest] = inp
         return newest, which
 
-    def _in_window(self, pipe: Pipeline, delta: Batch, run: _Run) -> np.ndarray:
+    def _in_window(self, pipe: Pipeline, delta: Batch, run: PipelineRun) -> np.ndarray:
         """Combinations that are (or, partly bound, may still become) results."""
         members = self._members(pipe, delta, run)
         newest, which = self._newest(members)
@@ -163,7 +172,7 @@ class EagerMJoinStage(MJoinStage):
                 keep &= age <= size
         return keep
 
-    def _results(self, pipe: Pipeline, delta: Batch, run: _Run) -> Batch:
+    def _results(self, pipe: Pipeline, delta: Batch, run: PipelineRun) -> Batch:
         """The ordered MJoin's results, stamped with the newest tuple's time (as the ordered
         MJoin stamps them: its producing delta is the newest)."""
         out = super()._results(pipe, delta, run)

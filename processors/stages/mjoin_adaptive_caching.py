@@ -58,7 +58,8 @@ from processors.stages.mjoin_cache_plan import CacheSpec, Placed, resolve, stage
 
 if TYPE_CHECKING:
     from processors.stages.mjoin_caches import MJoinCaches
-    from processors.stages.mjoin_stage import MJoinStage, _Run
+    from processors.stages.mjoin_stage import MJoinStage
+    from processors.stages.pipeline_run import PipelineRun
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class AdaptiveCaching:
 
     # -- the Profiler (Appendix A) ------------------------------------------------------------
     def observe(
-        self, stage: MJoinStage, i: int, k: int, delta: Batch, gen: np.ndarray, run: _Run
+        self, stage: MJoinStage, i: int, k: int, delta: Batch, gen: np.ndarray, run: PipelineRun
     ) -> None:
         """Before position k of pipeline i: profile a sample of the deltas (k = 0) and feed the
         Bloom filters of the profiled candidates starting at k."""
@@ -238,7 +239,9 @@ class AdaptiveCaching:
             spent.add(now - mark[2])
             moved.add(mark[3] + tuples)
 
-    def _profile(self, stage: MJoinStage, i: int, delta: Batch, gen: np.ndarray, run: _Run) -> None:
+    def _profile(
+        self, stage: MJoinStage, i: int, delta: Batch, gen: np.ndarray, run: PipelineRun
+    ) -> None:
         """d_ij and c_ij: the sampled deltas through the whole pipeline, no caches."""
         m = len(run.origin)
         rows = run.origin[self._rng.random(m) < self.p]

@@ -71,7 +71,8 @@ from processors.stages.mjoin_cache_plan import (
 from processors.stages.plan_changes import PlanChanges
 
 if TYPE_CHECKING:
-    from processors.stages.mjoin_stage import MJoinStage, _Run
+    from processors.stages.mjoin_stage import MJoinStage
+    from processors.stages.pipeline_run import PipelineRun
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,9 @@ class MJoinCaches:
     def segment_at(self, i: int, k: int) -> Placed | None:
         return self._segments.get((i, k))
 
-    def lookup(self, stage: MJoinStage, c: Placed, delta: Batch, gen: np.ndarray, run: _Run) -> int:
+    def lookup(
+        self, stage: MJoinStage, c: Placed, delta: Batch, gen: np.ndarray, run: PipelineRun
+    ) -> int:
         """CacheLookup: bind the segment's inputs for every intermediate result, from the
         cache or computed for the keys that miss (then cached); the position after it."""
         t0, spent = time.perf_counter_ns(), 0
@@ -334,7 +337,7 @@ class MJoinCaches:
 
     def feed(
         self, stage: MJoinStage, i: int, k: int, delta: Batch, gen: np.ndarray,
-        slots: np.ndarray, run: _Run,
+        slots: np.ndarray, run: PipelineRun,
     ) -> None:  # fmt: skip
         """CacheUpdate before position k of pipeline i: its intermediate results are the
         changes of the join of the maintaining set M of the caches it feeds there; their

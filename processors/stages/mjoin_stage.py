@@ -43,6 +43,7 @@ from processors.stages.mjoin_cache_plan import CacheSpec
 from processors.stages.mjoin_caches import MJoinCaches
 from processors.stages.mjoin_profile import profile_dropped, profile_samples
 from processors.stages.mjoin_state import load_mjoin_state, mjoin_state
+from processors.stages.pipeline_run import PipelineRun, whole_or_take
 from processors.stages.plan_changes import PlanChanges
 
 log = logging.getLogger(__name__)
@@ -53,22 +54,6 @@ EPOCH_SLICE = 16_384  # deltas per pipeline pass
 def wall_ms() -> int:
     """The wall clock in ms (what plan-change reports are stamped with)."""
     return time.time_ns() // 1_000_000
-
-
-class _Run:
-    """One pipeline's intermediate results: per result, its delta row (``origin``, sorted)
-    and the slot of every input bound so far."""
-
-    def __init__(self, m: int) -> None:
-        self.origin = np.arange(m, dtype=np.int64)
-        self.bound: dict[int, np.ndarray] = {}
-
-    def keep(self, mask_or_index: np.ndarray) -> None:
-        self.origin = self.origin[mask_or_index]
-        self.bound = {e: s[mask_or_index] for e, s in self.bound.items()}
-
-    def alive_rows(self) -> int:
-        return int(np.count_nonzero(np.diff(self.origin))) + 1 if len(self.origin) else 0
 
 
 class MJoinStage(StageBase):
@@ -216,7 +201,7 @@ class MJoinStage(StageBase):
         for i, part in enumerate(parts):
             if part is not None:
                 inserts = np.flatnonzero(part.sign == INSERT)
-                born[i] = self.stores[i].insert(part.take(inserts), gens[i][inserts])
+                born[i] = self.stores[i].insert(whole_or_take(part, inserts), gens[i][inserts])
         live = [
             None if p is None else self._mark_deletes(i, p, gens[i]) for i, p in enumerate(parts)
         ]
@@ -231,7 +216,9 @@ class MJoinStage(StageBase):
                 # slices of deltas, so that one call's intermediate results stay bounded
                 for lo in range(0, len(rows), EPOCH_SLICE):
                     chunk = rows[lo : lo + EPOCH_SLICE]
-                    out = self._pipeline(i, part.take(chunk), gens[i][chunk], slots[chunk])
+                    out = self._pipeline(
+                        i, whole_or_take(part, chunk), gens[i][chunk], slots[chunk]
+                    )
                     if out is not None:
                         results.append(out)
         self.caches.end_epoch(self)
@@ -252,8 +239,7 @@ class MJoinStage(StageBase):
         ts = [p.ts if p is not None else np.zeros(0, np.int64) for p in parts]
         sizes = [len(t) for t in ts]
         all_ts = np.concatenate(ts)
-        # a stable sort of the inputs laid end to end keeps ties in (input, position) order:
-        # the lexsort of all three keys, ten times faster (each input's run is sorted already)
+        # stable: ties stay in (input, position) order, as a lexsort of all three would
         order = np.argsort(all_ts, kind="stable")
         gen = np.empty(len(all_ts), np.int64)
         gen[order] = self._next_gen + np.arange(len(all_ts), dtype=np.int64)
@@ -281,14 +267,22 @@ class MJoinStage(StageBase):
         return np.flatnonzero(keep), slots
 
     # -- one pipeline -------------------------------------------------------------------------
-    def _values(self, pipe: Pipeline, delta: Batch, run: _Run, e: int, col: str) -> np.ndarray:
+    def _values(
+        self, pipe: Pipeline, delta: Batch, run: PipelineRun, e: int, col: str
+    ) -> np.ndarray:
         """Join keys of column ``col`` of entity ``e`` (-1: the delta) for every result."""
         if e < 0:
             return join_keys(delta.columns[col], f"{self.names[pipe.root]}.{col}")[run.origin]
         return self.stores[pipe.inputs[e]].keys(col, run.bound[e])
 
     def _probe(
-        self, pipe: Pipeline, delta: Batch, gen: np.ndarray, run: _Run, e: int, bind: bool = False
+        self,
+        pipe: Pipeline,
+        delta: Batch,
+        gen: np.ndarray,
+        run: PipelineRun,
+        e: int,
+        bind: bool = False,
     ) -> None:
         """Bind entity e (join) or keep the results that have a match in it (existence)."""
         pcol, ecol = pipe.probe[e]
@@ -303,7 +297,7 @@ class MJoinStage(StageBase):
         run.bound[e] = slots
         self._check_classes(pipe, delta, run, e)
 
-    def _check_classes(self, pipe: Pipeline, delta: Batch, run: _Run, e: int) -> None:
+    def _check_classes(self, pipe: Pipeline, delta: Batch, run: PipelineRun, e: int) -> None:
         """Equalities the tree edge does not imply (cyclic joins, Section 8.2; several columns
         of one input in a class)."""
         for x, xcol, col in pipe.checks(e, run.bound):
@@ -339,7 +333,7 @@ class MJoinStage(StageBase):
             delta, gen = delta.take(rows), gen[rows]
             slots = slots[rows]
         m = len(delta)
-        run = _Run(m)
+        run = PipelineRun(m)
         samples = profile_samples(self, m, reopt)
         dropped_at = np.full(len(samples), pipe.size, np.int64)
         costs: tuple[list[int], list[float], list[int]] = ([], [], [])
@@ -383,7 +377,7 @@ class MJoinStage(StageBase):
             return None
         return gen[run.origin], self._results(pipe, delta, run)
 
-    def _results(self, pipe: Pipeline, delta: Batch, run: _Run) -> Batch:
+    def _results(self, pipe: Pipeline, delta: Batch, run: PipelineRun) -> Batch:
         """Each combination's columns (of ``result_columns`` only, if set)."""
         cols: dict[str, Column] = {}
         entity = {inp: e for e, inp in enumerate(pipe.inputs)}
