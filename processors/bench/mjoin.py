@@ -19,6 +19,8 @@
   ``tree_vs_mjoin_ratio_chain3_large`` (one round; the others best of three). Before timing,
   every stage runs the warm-up deltas and must give the MJoin's number of result rows (and of
   inserts among them), as it must in every timed run;
+- ``eager_call_us_5``, ``eager_call_us_100``: microseconds per call of a small join
+  (:mod:`processors.bench.mjoin_calls`);
 - ``e2e_tuples_per_s`` (unless ``--no-kafka``): input records per second through Kafka and one
   worker running the network-monitoring join, next to the pass-through pipeline in the same run.
 """
@@ -286,6 +288,11 @@ def run_mjoin_bench(tuples: int = 400_000, kafka: bool = True) -> dict[str, Any]
         "star4": star,
     }
     results.update(join_tree_rates(tuples, seed=1))
+    from processors.bench.mjoin_calls import eager_call_costs
+
+    _say("the eager 3-way join of bench latency, a call of 5 and of 100 tuples")
+    results.update(calls := eager_call_costs())
+    _say("  " + ", ".join(f"{k} {v:.0f}" for k, v in calls.items()))
     if kafka:
         from processors.bench.mjoin_e2e import network_vs_passthrough
 
