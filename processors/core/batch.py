@@ -116,7 +116,12 @@ class Batch:
 
     def __post_init__(self) -> None:
         n = len(self.sign)
-        if len(self.ts) != n or any(len(c) != n for c in self.columns.values()):
+        # a plain loop: a batch is made for every step of every call, and a generator in
+        # any() cost more than the check itself
+        bad = len(self.ts) != n
+        for c in self.columns.values():
+            bad = bad or len(c) != n
+        if bad:
             lengths = {k: len(c) for k, c in self.columns.items()}
             raise ValueError(
                 f"batch columns differ in length: sign={n} ts={len(self.ts)} {lengths}"
