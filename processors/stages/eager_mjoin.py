@@ -38,6 +38,7 @@ from processors.core.batch import INSERT, Batch
 from processors.core.joins.graph import Pipeline, Side
 from processors.core.ordering.config import OrderingConfig
 from processors.core.state_codec import SnapshotError
+from processors.kernels.window_condition import newest_in_window
 from processors.stages.join_store import EVENT_TIME
 from processors.stages.mjoin_stage import MJoinStage, wall_ms
 from processors.stages.pipeline_run import PipelineRun
@@ -136,47 +137,29 @@ class EagerMJoinStage(MJoinStage):
             if not keep.all():
                 run.keep(keep)
 
-    def _members(
+    def _condition(
         self, pipe: Pipeline, delta: Batch, run: PipelineRun
-    ) -> list[tuple[int, np.ndarray]]:
-        """(input, event times) of every tuple bound in each combination so far."""
-        members = [(pipe.root, np.asarray(delta.ts, np.int64)[run.origin])]
-        for e, slots in run.bound.items():
-            store = self.stores[pipe.inputs[e]]
-            members.append((pipe.inputs[e], store.columns[EVENT_TIME][slots]))  # type: ignore[index]
-        return members
-
-    @staticmethod
-    def _newest(members: list[tuple[int, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        """Per combination, the newest tuple by ``(ts, input)``: its time and its input."""
-        newest = members[0][1].copy()
-        for _, ts in members[1:]:
-            np.maximum(newest, ts, out=newest)
-        which = np.full(len(newest), -1, np.int64)
-        for inp, ts in sorted(members, key=lambda m: m[0]):
-            which[ts == newest] = inp
-        return newest, which
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per combination bound so far: the newest tuple's time, and whether the combination
+        is (or, partly bound, may still become) a result (:mod:`.window_condition`)."""
+        inputs = [pipe.root, *(pipe.inputs[e] for e in run.bound)]
+        ts = np.empty((len(inputs), len(run.origin)), np.int64)
+        ts[0] = np.asarray(delta.ts, np.int64)[run.origin]
+        for r, (e, slots) in enumerate(run.bound.items(), start=1):
+            ts[r] = self.stores[pipe.inputs[e]].columns[EVENT_TIME][slots]  # type: ignore[index]
+        members = np.asarray(inputs, np.int64)
+        complete = len(run.bound) == pipe.size
+        return newest_in_window(ts, members, self.ranges[members], complete)
 
     def _in_window(self, pipe: Pipeline, delta: Batch, run: PipelineRun) -> np.ndarray:
         """Combinations that are (or, partly bound, may still become) results."""
-        members = self._members(pipe, delta, run)
-        newest, which = self._newest(members)
-        complete = len(run.bound) == pipe.size
-        keep = np.ones(len(newest), np.bool_)
-        for inp, ts in members:
-            age = newest - ts
-            size = int(self.ranges[inp])
-            if complete:
-                keep &= (age < size) | ((age == size) & (inp > which))
-            else:  # a newer tuple still to bind only makes ages larger
-                keep &= age <= size
-        return keep
+        return self._condition(pipe, delta, run)[1]
 
     def _results(self, pipe: Pipeline, delta: Batch, run: PipelineRun) -> Batch:
         """The ordered MJoin's results, stamped with the newest tuple's time (as the ordered
         MJoin stamps them: its producing delta is the newest)."""
         out = super()._results(pipe, delta, run)
-        newest, _ = self._newest(self._members(pipe, delta, run))
+        newest, _ = self._condition(pipe, delta, run)
         return Batch(out.columns, out.sign, newest)
 
     # -- purging ------------------------------------------------------------------------------
