@@ -201,6 +201,24 @@ def test_a_join_is_exact_whatever_partitioner_each_producer_used(
     )
 
 
+def _group_rows(
+    bootstrap: str, result: str, text: str
+) -> tuple[set[tuple[int, int, int]], Counter, set[int]]:
+    """The GROUP BY's result rows standing now (src, n, total), their net counts, and the
+    partitions they came from."""
+    net: Counter = Counter()
+    schema = output_schema(text)
+    store = SchemaStore(load=False)
+    store.add(schema)
+    partitions = set()
+    for record in read_topic(bootstrap, result):
+        row = decode_single_object(record.value, schema, store)
+        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
+        net[(row["src"], row["n"], row["total"])] += sign
+        partitions.add(record.partition)
+    return {k for k, v in net.items() if v}, net, partitions
+
+
 def test_a_group_by_on_a_non_key_field_run_by_two_workers_is_exact(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
@@ -229,21 +247,20 @@ def test_a_group_by_on_a_non_key_field_run_by_two_workers_is_exact(
         data = packets(3, 20_000, 500)
         produce(bootstrap, topic, data, None, keyed=False)  # unkeyed: spread at random
         wait_for_count(bootstrap, result, 25, 120.0, workers)
+        # the last groups' updates come after the idle timeout (3 s): wait for every record
+        # to be counted (a quiet spell of 4 s stopped the workers early on a busy CI machine
+        # once), then for a quiet spell (anything after it would be a duplicate)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            standing = _group_rows(bootstrap, result, text)[0]
+            if sum(n for _, n, _ in standing) >= len(data):
+                break
+            time.sleep(1.0)
         wait_quiet(bootstrap, result, workers, settle=4.0)
     finally:
         codes = [w.stop() for w in workers]
     assert codes == [0, 0], "\n".join(w.log_tail(40) for w in workers)
-    net: Counter = Counter()
-    schema = output_schema(text)
-    store = SchemaStore(load=False)
-    store.add(schema)
-    partitions = set()
-    for record in read_topic(bootstrap, result):
-        row = decode_single_object(record.value, schema, store)
-        sign = -1 if dict(record.headers).get(SIGN_HEADER) == b"-1" else 1
-        net[(row["src"], row["n"], row["total"])] += sign
-        partitions.add(record.partition)
-    final = {k for k, v in net.items() if v}
+    final, net, partitions = _group_rows(bootstrap, result, text)
     assert all(net[k] == 1 for k in final)
     src, size = data.columns["src"], data.columns["size"].astype(np.int64)
     want = {(int(s), int((src == s).sum()), int(size[src == s].sum())) for s in np.unique(src)}
