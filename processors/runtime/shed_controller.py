@@ -19,7 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
-from processors.core.cost.shed_policy import Decided, feed_forward, material, next_keep, target
+from processors.core.cost.shed_policy import (
+    Decided,
+    at_the_rate_now,
+    feed_forward,
+    material,
+    next_keep,
+    target,
+)
 from processors.core.cost.shed_signals import signals
 from processors.core.plan import LogicalPlan
 from processors.runtime.control import SHED, control_key, encode_control
@@ -114,10 +121,19 @@ class ShedController:
             return 0.0
         now = self.clock()
         self._reads.append((now, self.reads()))
-        while len(self._reads) > 2 and now - self._reads[1][0] >= READ_RATE_S:
+        while len(self._reads) > 2 and now - self._reads[1][0] >= WINDOW_MS / 1000:
             self._reads.popleft()
-        (t0, n0), (t1, n1) = self._reads[0], self._reads[-1]
-        return (n1 - n0) / (t1 - t0) if t1 - t0 >= READ_RATE_S / 2 else 0.0
+        return self._rate_over(READ_RATE_S)
+
+    def _rate_over(self, span_s: float) -> float:
+        """The read rate from the newest sample at least ``span_s`` old (or the oldest) to
+        the newest (0: under half of ``span_s`` known)."""
+        if not self._reads:
+            return 0.0
+        t1, n1 = self._reads[-1]
+        older = [(t, n) for t, n in self._reads if t1 - t >= span_s]
+        t0, n0 = older[-1] if older else self._reads[0]
+        return (n1 - n0) / (t1 - t0) if t1 - t0 >= span_s / 2 else 0.0
 
     def tick(self, current: Mapping[str, float]) -> bool:
         """Decide if it is time; publish the shares when they changed. True if it published.
@@ -152,6 +168,9 @@ class ShedController:
         newest = signals(list(self.records), MIN_SPAN_MS, self._since_ms, MIN_SPAN_MS)
         if newest is not None and newest.need > measured.need:  # (a rise is a slope: the
             measured = replace(newest, rising=measured.rising)  # longer window's)
+        # a fall shows first in the read rate: the window's need is seconds old
+        window_rate = self._rate_over(WINDOW_MS / 1000)
+        measured = at_the_rate_now(measured, rate, window_rate, self.config)
         self.last_signals = asdict(measured)
         keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
         decided = Decided(rate, measured.need, target(self.config, measured))

@@ -287,7 +287,7 @@ def test_between_decisions_a_falling_read_rate_gives_the_shares_back() -> None:
     config = ShedConfig(500)
     last = Decided(rate=20_000.0, need=0.8, aim=0.8)
     current = {"a": 0.3, "b": 0.2}
-    assert feed_forward(current, 17_500.0, last, config) is None  # under 20% less
+    assert feed_forward(current, 18_500.0, last, config) is None  # under 10% less
     keep, decided, why = feed_forward(current, 15_000.0, last, config)
     freed = READ_COST * 5_000 / 15_000  # 5k fewer records a second to read
     assert keep == {"a": pytest.approx(0.4 + freed), "b": pytest.approx(0.8 / 3 + freed)}
@@ -374,3 +374,22 @@ def test_a_fall_of_the_read_rate_raises_the_shares_only_once_it_lasts() -> None:
     ctl.tick(shedding)
     (raised,) = [decode_control(v, SchemaStore()).payload for v, _ in sent]
     assert raised["keep"]["r"] > 0.5 and "cost held" in raised["reason"]
+
+
+def test_a_clear_fall_of_the_read_rate_scales_the_statistics_need_down() -> None:
+    """In a falling load the statistics' window (3 s, a second or two old) overstates the
+    need: at the same shares it is scaled by the read rate now over the window's, once the
+    fall is clear (10%) and only while nothing queues (a worker falling behind reads less
+    while as much is offered)."""
+    from processors.core.cost.shed_policy import at_the_rate_now
+
+    config = ShedConfig(500)
+    s = Signals(need=0.9, bottleneck="w/mjoin", read_per_s=20_000.0, growth_per_s=0.0,
+                backlog=100, latency_ms=200.0, workers=1, backlog_s=0.01)  # fmt: skip
+    assert at_the_rate_now(s, 15_000.0, 20_000.0, config).need == pytest.approx(0.675)
+    assert at_the_rate_now(s, 19_000.0, 20_000.0, config) == s  # 5%: noise
+    assert at_the_rate_now(s, 25_000.0, 20_000.0, config) == s  # a rise: not here
+    assert at_the_rate_now(s, 15_000.0, 0.0, config) == s  # not known yet
+    assert at_the_rate_now(replace(s, saturated=True), 15_000.0, 20_000.0, config).need == 0.9
+    queued = replace(s, backlog_s=0.2)  # over a quarter of the 500 ms bound waits
+    assert at_the_rate_now(queued, 15_000.0, 20_000.0, config).need == 0.9

@@ -52,11 +52,13 @@ QUEUE_OK, DRAIN_HORIZON_S, DRAIN_FLOOR = 0.25, 2.0, 0.5
 LEAD_S, MAX_RISING = 2.0, 0.25
 #: shares are cut only on clear evidence (see _overloaded)
 HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
-#: between decisions, a read rate this much above (or, while shedding, below) the last
-#: decision's is acted on at once; while shedding, a rise of SHEDDING_RISE already is (a load
-#: climbing 7% a second was 20% above the shares' rate only after 3 s, the shares too high)
+#: between decisions, a read rate this much above the last decision's is acted on at once;
+#: while shedding, a rise of SHEDDING_RISE already is (a load climbing 7% a second was 20%
+#: above the shares' rate only after 3 s, the shares too high), and a fall of SHEDDING_FALL
+#: (at 20% the shares lagged a load falling 7-15% a second by 2-3 s: 0.69 of the feasible
+#: kept over the ramp's descent, docs/shedding.md)
 FAST_RISE = 1.2
-SHEDDING_RISE = 1.1
+SHEDDING_RISE = SHEDDING_FALL = 1.1
 #: what reading (and dropping) a record costs, as a share of what processing a kept one
 #: costs: the drop box refuses records before their decode, and since the consumer reads
 #: them as columns (processors.runtime.fetch_runs) no object is made of them either. Was
@@ -155,7 +157,8 @@ def feed_forward(
 ) -> tuple[dict[str, float], Decided, str] | None:
     """Between decisions on the statistics (a second or more apart, and their figures a
     second old), the read rate, counted by the drop boxes themselves, is fresh. While
-    shedding, when it rose or fell by FAST_RISE since the last decision, every share changes
+    shedding, when it rose by SHEDDING_RISE or fell by SHEDDING_FALL since the last
+    decision, every share changes
     by the inverse, so that each input's kept rate (and so the load: a RANGE window holds what
     its input keeps) stays as that decision left it, less (or plus) what reading the extra (or
     fewer) records costs (READ_COST): the shares shrink in a climb and grow back as the load
@@ -166,7 +169,7 @@ def feed_forward(
         return None
     shedding = any(v < 1.0 for v in current.values())
     rise = SHEDDING_RISE if shedding else FAST_RISE
-    rose, fell = rate_now >= rise * last.rate, rate_now * FAST_RISE <= last.rate
+    rose, fell = rate_now >= rise * last.rate, rate_now * SHEDDING_FALL <= last.rate
     if not (rose or (fell and shedding)):
         return None
     grown = last.need * rate_now / last.rate
@@ -185,6 +188,20 @@ def feed_forward(
     )
     why = f"read rate {last.rate:.0f}/s -> {rate_now:.0f}/s since the last decision: {held}"
     return keep, Decided(rate_now, last.need if shedding else last.aim, last.aim), why
+
+
+def at_the_rate_now(s: Signals, rate_now: float, window_rate: float, config: ShedConfig) -> Signals:
+    """The statistics' need for the read rate now, when that has clearly fallen (by
+    SHEDDING_FALL) below this worker's read rate over the statistics' window: at the same
+    shares the work goes with the records read, and in a falling load the window's need,
+    seconds old, would hold the shares too low. A worker that falls behind also reads less
+    while as much is offered: not when it is saturated or work waits (QUEUE_OK of the bound).
+    A rise is met by the newest statistics and the lead instead (:func:`next_keep`)."""
+    if rate_now <= 0 or window_rate <= 0 or rate_now * SHEDDING_FALL > window_rate:
+        return s
+    if s.saturated or s.backlog_s > QUEUE_OK * config.max_latency_ms / 1000:
+        return s
+    return replace(s, need=s.need * rate_now / window_rate)
 
 
 def _overloaded(config: ShedConfig, s: Signals, need: float, aim: float) -> bool:
