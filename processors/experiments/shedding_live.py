@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from processors.experiments.shedding_live_run import STREAMS, LiveRun, calibrate, run_ramp
+from processors.experiments.shedding_live_run import (
+    STREAMS,
+    LiveRun,
+    calibrate,
+    calibrate_kept,
+    run_ramp,
+)
 from processors.experiments.shedding_live_setup import (
     Ramp,
     Sent,
@@ -52,6 +58,12 @@ def run_shedding_live(
     ramp = Ramp(cal["capacity_per_s"], setup)
     _say(f"capacity {ramp.capacity:,.0f} records/s per input; ramp {setup.low:g}x -> "
          f"{setup.high:g}x -> {setup.low:g}x over {ramp.duration_s:.0f} s")  # fmt: skip
+    _say(f"calibrating: the shares kept up with at {setup.high:g}x, set by hand")
+    cal["kept"] = calibrate_kept(bootstrap, state_dir, setup, ramp.capacity)
+    _say(
+        f"at {cal['kept']['offered_per_s']:,.0f} records/s per input the worker keeps up "
+        f"with {cal['kept']['kept_per_s']:,.0f} (share {cal['kept']['keep']:.3f})"
+    )
     runs = {}
     for shed in (True, False):
         _say(f"running the ramp {'with' if shed else 'without'} shedding")
@@ -68,7 +80,9 @@ def run_shedding_live(
         f"p99 latency in the overload: {summary['shed_p99_latency_ms']:,.0f} ms with shedding "
         f"(bound {summary['latency_bound_ms']} ms), {summary['noshed_p99_latency_ms']:,.0f} ms "
         f"without; kept {summary['kept_fraction']:.3f} of {summary['feasible_kept_fraction']:.3f}"
-        f" feasible; precision {summary['precision']:.4f}, recall {summary['recall']:.3f}; "
+        f" feasible (capacity / offered), of {summary['feasible_kept_fraction_measured']:.3f} "
+        f"measured at the top; precision {summary['precision']:.4f}, "
+        f"recall {summary['recall']:.3f}; "
         f"lifted {summary['lift_after_ramp_s']} s after the ramp"
     )
     return paths
@@ -171,6 +185,11 @@ def summarize(shed: LiveRun, noshed: LiveRun, ramp: Ramp, cal: dict[str, Any]) -
     out["precision"] = out["shed_precision"]
     out["recall"] = out["shed_recall"]
     out["kept_vs_feasible"] = out["kept_fraction"] / out["feasible_kept_fraction"]
+    # the same with what the worker kept up with at the top, reading the rest (calibrate_kept)
+    out["feasible_kept_fraction_measured"] = ramp.feasible_kept_fraction(
+        (o0, o1), cal["kept"]["kept_per_s"]
+    )
+    out["kept_vs_feasible_measured"] = out["kept_fraction"] / out["feasible_kept_fraction_measured"]
     out["capacity_per_s"] = ramp.capacity
     out["overload_s"] = [round(o0, 2), round(o1, 2)]
     out["ramp_end_s"] = ramp.ramp_end_s

@@ -241,6 +241,15 @@ def read_results(
     return out
 
 
+def kept_up(points: list[tuple[float, float]], input_per_s: float) -> tuple[bool, float, float]:
+    """A step is kept up with unless, over its second half (``points``: (t, what waits)), what
+    waits grows by more than a tenth of the input or ends above a second of it; also the
+    growth and what waits at its end."""
+    growth = slope(points)
+    waiting = points[-1][1] if points else 0.0
+    return growth < 0.1 * input_per_s and waiting < input_per_s, growth, waiting
+
+
 def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, Any]:
     """The worker's capacity (records/s per input) on this machine: a staircase of steady
     rates without shedding, each ``calibration_step_s`` and ``calibration_factor`` times the
@@ -266,12 +275,10 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
                 s = sample(worker, gen)
                 if s["t"] >= k * step + step / 2:  # the step's second half
                     points.append((s["t"], s["source_backlog"] + s["join_backlog"]))
-            growth = slope(points)
-            waiting = points[-1][1] if points else 0.0
-            kept_up = growth < 0.1 * 2 * r and waiting < 2 * r
+            ok, growth, waiting = kept_up(points, 2 * r)
             steps.append({"rate": r, "waiting": waiting, "growth_per_s": growth,
-                          "kept_up": kept_up})  # fmt: skip
-            if not kept_up:
+                          "kept_up": ok})  # fmt: skip
+            if not ok:
                 break
     finally:
         gen.stop.set()
@@ -287,3 +294,69 @@ def capacity_of(steps: list[dict[str, Any]]) -> float:
         raise RuntimeError(f"the worker kept up with no rate of the staircase: {steps}")
     bad = [s["rate"] for s in steps if not s["kept_up"]]
     return float(np.sqrt(good[-1] * bad[0])) if bad else float(good[-1])
+
+
+def calibrate_kept(
+    bootstrap: str, state_dir: Path, setup: ShedSetup, capacity: float
+) -> dict[str, Any]:
+    """The most the worker keeps up with when offered the ramp's top rate (``high`` x
+    ``capacity`` per input): the same staircase, over the drop boxes' share at that rate
+    (set by hand, as ``streamon control shed`` does), from ``kept_start`` x capacity / offered
+    up by ``kept_factor`` a step. Reading and dropping the records above the capacity costs
+    the worker (and the broker and this generator, on the same machine) something: this is
+    what the capacity lets it keep there, measured. What waits is counted in kept records (a
+    record before the drop boxes counts at the share)."""
+    from processors.runtime.control import publish_shed
+
+    offered = setup.high * capacity
+    shares = setup.kept_shares(capacity)
+    worker, topics, _result, plan = start_query(bootstrap, state_dir, setup, False, "calkeep")
+    step = setup.calibration_step_s
+    gen = Generator(bootstrap, topics, lambda t: offered if t < step * len(shares) else None,
+                    setup.pids, setup.seed + 2)  # fmt: skip
+    steps: list[dict[str, Any]] = []
+
+    def set_shares(x: float) -> None:
+        publish_shed(bootstrap, plan.name, dict.fromkeys(STREAMS, x), "calibration", "experiment")
+
+    try:
+        set_shares(shares[0])
+        _wait_for_shares(worker, shares[0])
+        gen.start()
+        while not gen.start_t:
+            time.sleep(0.01)
+        for k, x in enumerate(shares):
+            if k:
+                set_shares(x)
+            points: list[tuple[float, float]] = []
+            while time.time() < gen.start_t + (k + 1) * step - 0.1:
+                time.sleep(0.2)
+                s = sample(worker, gen)
+                if s["t"] >= k * step + step / 2:
+                    points.append((s["t"], s["source_backlog"] * x + s["join_backlog"]))
+            ok, growth, waiting = kept_up(points, 2 * x * offered)
+            steps.append({"keep": x, "kept_per_s": x * offered, "waiting": waiting,
+                          "growth_per_s": growth, "kept_up": ok})  # fmt: skip
+            if not ok:
+                break
+    finally:
+        gen.stop.set()
+        worker.stop()
+    good = [s["keep"] for s in steps if s["kept_up"]]
+    bad = [s["keep"] for s in steps if not s["kept_up"]]
+    if not good:
+        raise RuntimeError(f"the worker kept up with no share at {offered:.0f}/s: {steps}")
+    keep = float(np.sqrt(good[-1] * bad[0])) if bad else float(good[-1])
+    return {"offered_per_s": offered, "steps": steps, "keep": keep, "kept_per_s": keep * offered}
+
+
+def _wait_for_shares(worker: Any, x: float, timeout: float = 30.0) -> None:
+    """Until the worker's drop boxes keep ``x`` (it reads the control topic a few times a
+    second)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        boxes = (worker.status(timeout=30).get("shedding") or {}).get("boxes", {})
+        if all(abs(boxes.get(s, {}).get("keep", 1.0) - x) < 1e-9 for s in STREAMS):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the worker's drop boxes did not take the share {x} in {timeout:.0f} s")

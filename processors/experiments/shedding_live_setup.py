@@ -54,6 +54,10 @@ class ShedSetup:
     calibration_start: float = 1_000.0  # records/s per input, the staircase's first step
     calibration_factor: float = 1.15  # each step's rate over the last
     calibration_steps: int = 24
+    #: the staircase of shares at the ramp's top rate: from kept_start x capacity / offered,
+    #: each kept_factor times the last (processors.experiments.shedding_live_run.calibrate_kept)
+    kept_start: float = 0.75
+    kept_factor: float = 1.06
     sample_every_s: float = 0.5
     seed: int = 0
 
@@ -69,6 +73,12 @@ class ShedSetup:
     def calibration_rates(self) -> list[float]:
         return [round(self.calibration_start * self.calibration_factor**k)
                 for k in range(self.calibration_steps)]  # fmt: skip
+
+    def kept_shares(self, capacity: float) -> list[float]:
+        """The shares the kept staircase tries at ``high`` x ``capacity``, up to keeping all."""
+        first = self.kept_start / self.high
+        n = int(np.ceil(np.log(1.0 / first) / np.log(self.kept_factor))) + 1
+        return [min(1.0, round(first * self.kept_factor**k, 4)) for k in range(n)]
 
     def query_source(self, name: str, a: str, b: str, result: str, shed: bool) -> str:
         shed_call = (
@@ -127,12 +137,21 @@ class Ramp:
         down = s.steady_s + s.ramp_s + s.top_s + s.ramp_s * (s.high - 1.0) / (s.high - s.low)
         return (up, down)
 
-    def feasible_kept_fraction(self, span: tuple[float, float]) -> float:
+    def feasible_kept_fraction(
+        self, span: tuple[float, float], kept_at_high: float | None = None
+    ) -> float:
         """The most the capacity lets a worker keep over ``span``: sum(min(rate, C)) /
-        sum(rate), each input alike."""
+        sum(rate), each input alike. With ``kept_at_high`` (the kept rate measured at the
+        top, ``high`` x C offered: what reading the rest costs included), the most kept at a
+        rate r between C and the top is interpolated linearly between C at C and that."""
         t = np.linspace(span[0], span[1], 2_001)
         r = self.rate(t)
-        return float(np.minimum(r, self.capacity).sum() / max(r.sum(), 1e-9))
+        most = np.minimum(r, self.capacity)
+        top = self.setup.high * self.capacity
+        if kept_at_high is not None and top > self.capacity:
+            over = np.clip((r - self.capacity) / (top - self.capacity), 0.0, 1.0)
+            most = np.minimum(most, self.capacity + (kept_at_high - self.capacity) * over)
+        return float(most.sum() / max(r.sum(), 1e-9))
 
 
 @dataclass

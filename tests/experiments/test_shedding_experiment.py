@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from processors.experiments.shedding_live_run import capacity_of
+from processors.experiments.shedding_live_run import capacity_of, kept_up
 from processors.experiments.shedding_live_setup import (
     Ramp,
     Sent,
@@ -80,3 +80,32 @@ def test_capacity_is_between_the_last_rate_kept_up_with_and_the_first_not() -> N
     with pytest.raises(RuntimeError, match="no rate"):
         capacity_of([{"rate": 500, "kept_up": False}])
     assert ShedSetup(calibration_steps=3).calibration_rates() == [1_000, 1_150, 1_322]
+
+
+def test_the_feasible_fraction_with_the_kept_rate_measured_at_the_top() -> None:
+    """Measured at the top (3x offered, 0.8x kept up with: reading the rest costs), the most
+    kept at a rate between 1x and 3x is interpolated linearly, never above the capacity."""
+    setup = ShedSetup(low=0.5, high=3.0, steady_s=10, ramp_s=10, top_s=10, tail_s=10)
+    ramp = Ramp(1_000.0, setup)
+    span = ramp.overload()
+    offered = 2 * 8 * 2.0 + 10 * 3.0
+    # on the ramps (8 s each, rate u x C, u uniform in [1, 3]) at most 1 - 0.1 (u - 1): 0.9 on
+    # average; at the top 0.8 for 10 s
+    kept = 2 * 8 * 0.9 + 10 * 0.8
+    assert ramp.feasible_kept_fraction(span, 800.0) == pytest.approx(kept / offered, rel=1e-3)
+    plain = ramp.feasible_kept_fraction(span)
+    assert ramp.feasible_kept_fraction(span, 1_200.0) == pytest.approx(plain)  # capped at C
+
+
+def test_the_share_staircase_and_the_judgement_of_a_step() -> None:
+    shares = ShedSetup(high=3.0, kept_start=0.75, kept_factor=1.06).kept_shares(1_000.0)
+    assert shares[0] == 0.25 and shares[-1] == 1.0 and shares[-2] < 1.0
+    assert all(
+        b / a == pytest.approx(1.06, abs=1e-3)
+        for a, b in zip(shares[:-2], shares[1:-1], strict=True)
+    )
+    steady = [(t / 5, 100.0) for t in range(12)]
+    assert kept_up(steady, 1_000.0)[0]
+    growing = [(t / 5, 100.0 + 150.0 * t / 5) for t in range(12)]  # 150/s: over a tenth
+    assert not kept_up(growing, 1_000.0)[0]
+    assert not kept_up([(0.0, 1_200.0), (1.0, 1_100.0)], 1_000.0)[0]  # a second's waiting
