@@ -171,26 +171,27 @@ def test_what_waits_before_a_join_is_counted_from_the_flow_not_stale_watermarks(
     assert s.read_per_s == 6_000
 
 
-def test_shares_are_scaled_until_the_cost_with_results_meets_the_goal() -> None:
-    from processors.core.cost.inputs import CostInputs, JoinEdge, StreamInput
-    from processors.core.cost.model import evaluate
-    from processors.core.cost.shapes import running_shape
-    from processors.core.cost.shed_policy import _rescaled, _with_results
+def test_shares_are_scaled_alike_until_the_records_kept_meet_the_goal() -> None:
+    """After Sect. 5 places the boxes, the shares are scaled alike until the records kept a
+    second are the goal (streamon's hash joins cost about what they keep), each in [floor, 1]."""
+    from processors.core.cost.shed_policy import _rescaled
 
-    streams = {s: StreamInput(s, 1_000.0, 2_000.0, "RANGE 2 s", False) for s in ("a", "b")}
-    inputs = CostInputs(streams, (JoinEdge("a", "b", "a.k = b.k", 0.01, 0),), 1e-5, 1e-5, 1.0)
-    shape = running_shape(("a", "b"), None)
+    rates = {"a": 1_000.0, "b": 3_000.0}
+    keep = _rescaled({"a": 0.5, "b": 0.25}, rates, 0.5 * (500.0 + 750.0), 0.05)
+    assert keep == {"a": pytest.approx(0.25), "b": pytest.approx(0.125)}
+    # a share at 1 stays there and the others take the rest
+    keep = _rescaled({"a": 0.5, "b": 0.25}, rates, 3_000.0, 0.05)
+    assert keep["a"] == 1.0 and rates["b"] * keep["b"] == pytest.approx(2_000.0)
+    assert _rescaled({"a": 0.5, "b": 0.5}, rates, 1e9, 0.05) == {"a": 1.0, "b": 1.0}
+    assert _rescaled({"a": 0.5, "b": 0.5}, rates, 0.0, 0.05) == {"a": 0.05, "b": 0.05}
 
-    def cost(keep: dict[str, float]) -> float:
-        return _with_results(evaluate(shape, inputs, keep), inputs.join_cost_s)
 
-    full = cost({"a": 1.0, "b": 1.0})
-    keep = _rescaled(shape, inputs, {"a": 0.5, "b": 0.5}, 0.25 * full, 0.05)
-    assert keep["a"] == pytest.approx(keep["b"])
-    assert cost(keep) == pytest.approx(0.25 * full, rel=1e-6)
-    # results grow with the product of the shares: a quarter of the cost keeps more than 1/4
-    assert 0.25 < keep["a"] < 0.5
-    assert _rescaled(shape, inputs, {"a": 0.5, "b": 0.5}, 2 * full, 0.05) == {"a": 1.0, "b": 1.0}
+def test_a_change_is_material_by_0_02_or_by_5_percent_of_a_small_share() -> None:
+    assert not material({"a": 0.515}, {"a": 0.5})
+    assert material({"a": 0.525}, {"a": 0.5})
+    assert material({"a": 0.265}, {"a": 0.25})  # 6% of the kept rate
+    assert not material({"a": 0.26}, {"a": 0.25})
+    assert material({"a": 1.0}, {"a": 0.99})  # a lift always is
 
 
 def test_a_worker_keeping_up_needs_its_agents_busy_shares_added_up() -> None:

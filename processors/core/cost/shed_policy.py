@@ -14,9 +14,9 @@ force and decides:
    divided by the shares they were measured at), places the drop boxes for ``scale`` times
    the current cost (Sect. 5, :func:`processors.core.cost.shedding.approximate`: the knapsack
    over ROWS windows, the search over RANGE ones), at least ``min_keep`` each; the shares are
-   then scaled alike until the cost with every result counted (a join builds and writes each
-   one, which the model's probe count leaves out) is ``scale`` times the current one. Without
-   the figures the model needs yet (a query's first seconds), every share is scaled alike.
+   then scaled alike until the records kept a second are ``scale`` times those kept now
+   (streamon's hash joins cost about what they keep, see :func:`_modelled`). Without the
+   figures the model needs yet (a query's first seconds), every share is scaled alike.
 4. **Damping.** A cut needs clear evidence (:func:`_overloaded`), else the shares are held. A
    raise goes at most to ``1.5 * share + 0.1`` per decision (a load measured at small shares
    extrapolates badly), unless the load is clearly light (need under half the aim, a quarter
@@ -35,8 +35,8 @@ from dataclasses import dataclass, replace
 
 from processors.core.cost.inputs import CostInputs, bind
 from processors.core.cost.measured import measured_stats
-from processors.core.cost.model import PlanCost, evaluate
-from processors.core.cost.shapes import Shape, running_shape
+from processors.core.cost.model import evaluate
+from processors.core.cost.shapes import running_shape
 from processors.core.cost.shed_signals import Record, Signals
 from processors.core.cost.shedding import approximate
 from processors.core.plan import LogicalPlan, ShedConfig
@@ -65,8 +65,10 @@ SHEDDING_RISE = SHEDDING_FALL = 1.1
 #: 0.1, estimated from the shedding experiment's timeline when the consumer still made an
 #: object of each; feed_forward holds the cost of both, not the kept rate alone
 READ_COST = 0.05
-#: shares closer than this to the current ones are not worth a new SHED record
-MATERIAL = 0.02
+#: shares closer than this to the current ones (and than MATERIAL_SHARE of them) are not
+#: worth a new SHED record: at the shares of a threefold overload (~0.25) 0.02 alone was 8%
+#: of the kept rate, and raises that small were never made
+MATERIAL, MATERIAL_SHARE = 0.02, 0.05
 #: the search's effort at run time (cost model evaluations; docs/shedding.md)
 RUN_TIME_EFFORT = 400
 #: a raise is at most to current * RAISE_FACTOR + RAISE_STEP ...
@@ -224,9 +226,13 @@ def _modelled(
     scale: float,
 ) -> dict[str, float]:
     """Sect. 5's shares for ``scale`` times the current cost: the model places them (which
-    inputs to drop from), then they are scaled alike until the cost, results counted, is
-    ``scale`` times the current one (a join builds and writes every result: its cost grows
-    with the product of the shares, which the model's probe count leaves out)."""
+    inputs to drop from), then they are scaled alike until the records kept a second are
+    ``scale`` times those kept now. The model's cost of a RANGE join grows with the product
+    of the shares (every probe scans the other window, as the paper's joins do); streamon's
+    hash joins cost about what they keep: at the shedding experiment's top rate the measured
+    need stayed at 0.61-0.69 of a processor while the shares rose by a quarter, and the model's
+    square-root raises left it there, under the aim, for seconds (docs/shedding.md). It is
+    also what :func:`feed_forward` holds between decisions."""
     figures = measured_stats(plan, list(records), "the stats topic")
     inputs = _unshed(bind(plan, figures), current)
     names = tuple(x.name for x in plan.streams)
@@ -237,33 +243,29 @@ def _modelled(
         raise ValueError("the model gives no cost for the current shares")
     got = approximate(shape, inputs, config.min_keep, capacity=scale * now,
                       effort=RUN_TIME_EFFORT)  # fmt: skip
-    goal = scale * _with_results(evaluate(shape, inputs, now_keep), inputs.join_cost_s)
-    return _rescaled(shape, inputs, got.keep, goal, config.min_keep)
-
-
-def _with_results(cost: PlanCost, join_cost_s: float) -> float:
-    """The model's cost plus one handling for every result."""
-    return cost.cost_per_s + cost.output_per_s * join_cost_s
+    rates = {n: inputs.streams[n].rate for n in names}
+    goal = scale * sum(rates[n] * now_keep[n] for n in names)
+    return _rescaled(got.keep, rates, goal, config.min_keep)
 
 
 def _rescaled(
-    shape: Shape, inputs: CostInputs, keep: Mapping[str, float], goal: float, floor: float
+    keep: Mapping[str, float], rates: Mapping[str, float], goal: float, floor: float
 ) -> dict[str, float]:
-    """``keep`` times the factor (bisected) that makes the cost with results ``goal``: each
-    share within [floor, 1]."""
+    """``keep`` times the factor (bisected) that makes the records kept a second (``rates``
+    times the shares) ``goal``: each share within [floor, 1]."""
 
     def at(m: float) -> dict[str, float]:
         return {n: min(1.0, max(floor, k * m)) for n, k in keep.items()}
 
-    def cost(m: float) -> float:
-        return _with_results(evaluate(shape, inputs, at(m)), inputs.join_cost_s)
+    def kept(m: float) -> float:
+        return sum(rates[n] * x for n, x in at(m).items())
 
     lo, hi = 0.0, 1.0 / max(min(keep.values()), 1e-9)
-    if cost(hi) <= goal:
+    if kept(hi) <= goal:
         return at(hi)
     for _ in range(30):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cost(mid) <= goal else (lo, mid)
+        lo, hi = (mid, hi) if kept(mid) <= goal else (lo, mid)
     return at(lo)
 
 
@@ -282,4 +284,9 @@ def _unshed(inputs: CostInputs, current: Mapping[str, float]) -> CostInputs:
 def material(new: Mapping[str, float], old: Mapping[str, float]) -> bool:
     """Whether ``new`` shares differ enough from ``old`` to publish (lifting always is)."""
     lifting = all(v >= 1.0 for v in new.values()) and any(v < 1.0 for v in old.values())
-    return lifting or any(abs(new[n] - old.get(n, 1.0)) > MATERIAL for n in new)
+
+    def moved(n: str) -> bool:
+        was = old.get(n, 1.0)
+        return abs(new[n] - was) > min(MATERIAL, MATERIAL_SHARE * was)
+
+    return lifting or any(moved(n) for n in new)
