@@ -63,6 +63,7 @@ class ShedController:
         worker_id: str,
         clock: Callable[[], float] = time.time,
         reads: Callable[[], int] | None = None,
+        offered: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
         assert plan.shedding is not None
         self.plan = plan
@@ -82,6 +83,10 @@ class ShedController:
         self.last_signals: dict[str, Any] | None = None
         #: records this worker's drop boxes read so far (None: no fast path)
         self.reads = reads
+        #: (which partitions, the records offered to them so far): their fetch high
+        #: watermarks added up (None: not known yet)
+        self.offered = offered
+        self._offered_key: int | None = None
         self._reads: collections.deque[tuple[float, int]] = collections.deque()
         self._decided: Decided | None = None
         self._falls = 0  # polls in a row whose feed-forward would raise the shares
@@ -115,15 +120,37 @@ class ShedController:
         return self.clock() - self._last_stats < LEADERSHIP_TIMEOUT_S
 
     def read_rate(self) -> float:
-        """This worker's drop boxes' reading, records/s over the last READ_RATE_S (0: not
-        known yet); sampled at each tick."""
-        if self.reads is None:
-            return 0.0
+        """The records offered to this worker's inputs a second over the last READ_RATE_S,
+        from the fetch high watermarks of its input partitions; before they are known, what
+        its drop boxes read (0: neither known yet). Sampled at each tick. The reading comes
+        in fetches of thousands of records: at three times the capacity its rate over a
+        second swung by 10-25% from one poll to the next, and the feed-forward cut and
+        raised on that noise; the high watermarks grow with what the producers write."""
         now = self.clock()
-        self._reads.append((now, self.reads()))
+        count = self._offered_count()
+        if count is None:
+            if self.reads is None:
+                return 0.0
+            count = self.reads()
+        self._reads.append((now, count))
         while len(self._reads) > 2 and now - self._reads[1][0] >= WINDOW_MS / 1000:
             self._reads.popleft()
         return self._rate_over(READ_RATE_S)
+
+    def _offered_count(self) -> int | None:
+        """The offered records' count, once known; a change of the partitions held (or the
+        first count after the reads) starts the samples afresh."""
+        got = self.offered() if self.offered is not None else None
+        if got is None:
+            if self._offered_key is not None:
+                self._reads.clear()
+                self._offered_key = None
+            return None
+        key, count = got
+        if key != self._offered_key:
+            self._reads.clear()
+            self._offered_key = key
+        return count
 
     def _rate_over(self, span_s: float) -> float:
         """The read rate from the newest sample at least ``span_s`` old (or the oldest) to

@@ -84,6 +84,21 @@ def stats_interval_s(plan: LogicalPlan, default: float) -> float:
     return default if plan.shedding is None else min(default, SHED_STATS_INTERVAL_S)
 
 
+def offered_records(consumer: Any, topics: set[str]) -> tuple[int, int] | None:
+    """What was offered so far to the partitions of ``topics`` that ``consumer`` holds: (a
+    key of which partitions, their fetch high watermarks added up); None until every one has
+    answered a fetch. High watermarks come with fetch responses (not ListOffsets, which the
+    test broker answers wrongly), and the ingest agents go on fetching under overload."""
+    try:
+        tps = sorted(tp for tp in consumer.assignment() if tp.topic in topics)
+        highs = [consumer.highwater(tp) for tp in tps]
+    except Exception:  # not started yet, or a partition revoked meanwhile (its own thread)
+        return None
+    if not tps or any(h is None for h in highs):
+        return None
+    return hash(tuple((tp.topic, tp.partition) for tp in tps)), sum(int(h) for h in highs)
+
+
 class Shedding:
     """One worker's drop boxes, set by the query's SHED records."""
 
@@ -105,13 +120,20 @@ class Shedding:
 
     @classmethod
     def of(
-        cls, plan: LogicalPlan, publish: Callable[[bytes, bytes], None], worker_id: str
+        cls,
+        plan: LogicalPlan,
+        publish: Callable[[bytes, bytes], None],
+        worker_id: str,
+        consumer: Callable[[], Any] | None = None,
     ) -> Shedding:
         """A worker's drop boxes for ``plan``'s inputs, with the controller if the query sheds
-        load (``publish(value, key)`` writes a control record)."""
+        load (``publish(value, key)`` writes a control record; ``consumer()`` is the worker's
+        consumer, whose fetch high watermarks tell the controller what is offered)."""
         controller = None
         if plan.shedding is not None:
-            controller = ShedController(plan, publish, worker_id)
+            topics = {s.topic for s in plan.streams}
+            offered = None if consumer is None else (lambda: offered_records(consumer(), topics))
+            controller = ShedController(plan, publish, worker_id, offered=offered)
         shedding = cls(plan.name, [(s.name, s.topic) for s in plan.streams], controller)
         if controller is not None:  # the fast path reads the boxes' own counts
             controller.reads = shedding.records_read

@@ -218,7 +218,10 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     )
     app.flush_hooks.append(ctx.flush)  # before offsets commit: every output acknowledged
     ctx.shedding = Shedding.of(
-        plan, lambda value, key: producer.produce(CONTROL_TOPIC, value, key=key), options.worker_id
+        plan,
+        lambda value, key: producer.produce(CONTROL_TOPIC, value, key=key),
+        options.worker_id,
+        consumer=lambda: app.consumer,
     )
     board.observers.append(ctx.shedding.on_own_stats)  # at once; the topic's copy is a repeat
     scheduling = Scheduling(

@@ -100,3 +100,55 @@ def test_a_plan_that_fits_keeps_everything_and_an_unbounded_join_is_not_shed() -
                  for k, v in inputs.streams.items()}  # fmt: skip
     with pytest.raises(ValueError, match="unbounded"):
         approximate(shape, CostInputs(unbounded, inputs.joins, 1.0, 1.0, 1.0))
+
+
+class _Consumer:
+    """What offered_records asks of a worker's consumer: its assignment and fetch high
+    watermarks (None: not fetched yet)."""
+
+    def __init__(self, highs: dict[tuple[str, int], int | None]) -> None:
+        from faust.types import TP
+
+        self.highs = {TP(t, p): h for (t, p), h in highs.items()}
+
+    def assignment(self) -> set:  # type: ignore[type-arg]
+        return set(self.highs)
+
+    def highwater(self, tp):  # type: ignore[no-untyped-def]
+        return self.highs[tp]
+
+
+def test_what_is_offered_is_the_input_partitions_high_watermarks_added_up() -> None:
+    from processors.runtime.shedding import offered_records
+
+    consumer = _Consumer({("a", 0): 100, ("a", 1): 50, ("b", 0): 7, ("other", 0): 1_000})
+    key, count = offered_records(consumer, {"a", "b"})  # type: ignore[misc]
+    assert count == 157
+    moved = _Consumer({("a", 0): 100, ("b", 0): 7})
+    assert offered_records(moved, {"a", "b"})[0] != key  # type: ignore[index]
+    assert offered_records(_Consumer({("a", 0): None}), {"a"}) is None  # not fetched yet
+    assert offered_records(_Consumer({("other", 0): 5}), {"a"}) is None  # none held
+    assert offered_records(object(), {"a"}) is None  # a consumer not started
+
+
+def test_the_controller_rates_what_is_offered_and_starts_afresh_when_partitions_move() -> None:
+    from processors.core.query import Query
+    from processors.runtime.shed_controller import ShedController
+    from topics.avro import load_schema
+
+    q = Query("q").stream("r", topic="t", schema=load_schema("reading"), timestamp="ts")
+    clock, offered = [0.0], [(1, 0)]
+    plan = q.into("out").shed(500).build()
+    ctl = ShedController(plan, lambda v, k: None, "w", clock=lambda: clock[0],
+                         reads=lambda: 10**9, offered=lambda: offered[0])  # fmt: skip
+    for k in range(1, 8):  # 1,000 offered a second; the reads say nothing here
+        clock[0] += 0.2
+        offered[0] = (1, 200 * k)
+        rate = ctl.read_rate()
+    assert rate == pytest.approx(1_000.0)
+    clock[0] += 0.2
+    offered[0] = (2, 50_000)  # another partition set: its sum is no rate
+    assert ctl.read_rate() == 0.0
+    clock[0] += 0.6
+    offered[0] = (2, 51_800)
+    assert ctl.read_rate() == pytest.approx(3_000.0)
