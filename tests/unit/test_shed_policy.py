@@ -100,7 +100,11 @@ def test_raises_are_damped_and_a_light_load_lifts_at_once() -> None:
     moderate = signals(records(1_000, 0.3, 0, 0, 600.0), 4_000)  # over the bound: not light
     assert moderate is not None
     keep, _ = next_keep(plan(), [], moderate, {"r": 0.1}, config)
-    assert keep["r"] == pytest.approx(0.1 * 1.5 + 0.1)  # would be 0.27 at once: damped
+    assert keep["r"] == pytest.approx(0.1 * (1 + 0.5 * (0.8 / 0.3 - 1)))  # half the gap
+    low = signals(records(1_000, 0.1, 0, 0, 600.0), 4_000)
+    assert low is not None
+    keep, _ = next_keep(plan(), [], low, {"r": 0.1}, config)
+    assert keep["r"] == pytest.approx(0.1 * 1.5 + 0.1)  # would be 0.45: capped
     light = signals(records(300, 0.1, 0, 0, 20.0), 4_000)
     assert light is not None
     keep, _ = next_keep(plan(), [], light, {"r": 0.3}, config)
