@@ -152,3 +152,32 @@ def test_the_controller_rates_what_is_offered_and_starts_afresh_when_partitions_
     clock[0] += 0.6
     offered[0] = (2, 51_800)
     assert ctl.read_rate() == pytest.approx(3_000.0)
+
+
+def test_the_controller_measures_a_rise_from_what_is_offered() -> None:
+    """The rate over the last second against the second before, a share of it a second."""
+    from processors.core.query import Query
+    from processors.runtime.shed_controller import ShedController
+    from topics.avro import load_schema
+
+    q = Query("q").stream("r", topic="t", schema=load_schema("reading"), timestamp="ts")
+    clock, offered = [0.0], [(1, 0)]
+    plan = q.into("out").shed(500).build()
+    ctl = ShedController(plan, lambda v, k: None, "w", clock=lambda: clock[0],
+                         offered=lambda: offered[0])  # fmt: skip
+    count = 0.0
+    for _ in range(16):  # the rate grows from 1,000/s by 100/s a second (10%/s at first)
+        clock[0] += 0.2
+        count += 0.2 * (1_000.0 + 100.0 * clock[0])
+        offered[0] = (1, int(count))
+        ctl.read_rate()
+    # at t = 3.2 s: 1,270/s over the last second, 1,170/s the second before
+    assert ctl._offered_rising() == pytest.approx(100 / 1_170, rel=0.02)
+    steady = ShedController(plan, lambda v, k: None, "w", clock=lambda: clock[0],
+                            offered=lambda: offered[0])  # fmt: skip
+    for _ in range(16):
+        clock[0] += 0.2
+        count += 200
+        offered[0] = (1, int(count))
+        steady.read_rate()
+    assert steady._offered_rising() == pytest.approx(0.0, abs=1e-6)
