@@ -61,10 +61,13 @@ FAST_RISE = 1.2
 SHEDDING_RISE = SHEDDING_FALL = 1.1
 #: what reading (and dropping) a record costs, as a share of what processing a kept one
 #: costs: the drop box refuses records before their decode, and since the consumer reads
-#: them as columns (processors.runtime.fetch_runs) no object is made of them either. Was
-#: 0.1, estimated from the shedding experiment's timeline when the consumer still made an
-#: object of each; feed_forward holds the cost of both, not the kept rate alone
-READ_COST = 0.05
+#: them as columns (processors.runtime.fetch_runs) no object is made of them either.
+#: Measured by the shedding experiment's second staircase: offered three times its capacity
+#: C, the worker kept up with 0.975 C in three runs of four (the fourth: more than C), so
+#: C (1 + r) = 0.975 C + 3 C r, r = 0.0125. It was 0.05, then 0.1, estimates from the
+#: timeline; at 0.05 the feed-forward over-cut a climb to three times C by a tenth of C.
+#: feed_forward holds the cost of both, not the kept rate alone
+READ_COST = 0.0125
 #: shares closer than this to the current ones (and than MATERIAL_SHARE of them) are not
 #: worth a new SHED record: at the shares of a threefold overload (~0.25) 0.02 alone was 8%
 #: of the kept rate, and raises that small were never made
