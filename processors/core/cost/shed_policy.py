@@ -63,9 +63,10 @@ SHEDDING_RISE = SHEDDING_FALL = 1.1
 #: costs: the drop box refuses records before their decode, and since the consumer reads
 #: them as columns (processors.runtime.fetch_runs) no object is made of them either.
 #: Measured by the shedding experiment's second staircase: offered three times its capacity
-#: C, the worker kept up with 0.975 C in three runs of four (the fourth: more than C), so
-#: C (1 + r) = 0.975 C + 3 C r, r = 0.0125. It was 0.05, then 0.1, estimates from the
-#: timeline; at 0.05 the feed-forward over-cut a climb to three times C by a tenth of C.
+#: C, the worker kept up with 0.77-1.16 C over seven runs, median 0.975 C, so by
+#: C (1 + r) = 0.975 C + 3 C r, r = 0.0125 (docs/shedding.md). It was 0.05, then 0.1,
+#: estimates from the timeline; at 0.05 the feed-forward cut a climb to three times C by a
+#: tenth of C more than the median reading cost calls for.
 #: feed_forward holds the cost of both, not the kept rate alone
 READ_COST = 0.0125
 #: shares closer than this to the current ones (and than MATERIAL_SHARE of them) are not
