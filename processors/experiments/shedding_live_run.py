@@ -286,13 +286,13 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
     return {"steps": steps, "capacity_per_s": capacity_of(steps)}
 
 
-def capacity_of(steps: list[dict[str, Any]]) -> float:
-    """Between the last rate kept up with and the first one not (their geometric mean; the
-    last rate tried if every one was kept up with)."""
-    good = [s["rate"] for s in steps if s["kept_up"]]
+def capacity_of(steps: list[dict[str, Any]], key: str = "rate") -> float:
+    """Between the last step's ``key`` (rate, or share) kept up with and the first one not
+    (their geometric mean; the last one tried if every one was kept up with)."""
+    good = [s[key] for s in steps if s["kept_up"]]
     if not good:
-        raise RuntimeError(f"the worker kept up with no rate of the staircase: {steps}")
-    bad = [s["rate"] for s in steps if not s["kept_up"]]
+        raise RuntimeError(f"the worker kept up with no {key} of the staircase: {steps}")
+    bad = [s[key] for s in steps if not s["kept_up"]]
     return float(np.sqrt(good[-1] * bad[0])) if bad else float(good[-1])
 
 
@@ -342,11 +342,7 @@ def calibrate_kept(
     finally:
         gen.stop.set()
         worker.stop()
-    good = [s["keep"] for s in steps if s["kept_up"]]
-    bad = [s["keep"] for s in steps if not s["kept_up"]]
-    if not good:
-        raise RuntimeError(f"the worker kept up with no share at {offered:.0f}/s: {steps}")
-    keep = float(np.sqrt(good[-1] * bad[0])) if bad else float(good[-1])
+    keep = capacity_of(steps, "keep")
     return {"offered_per_s": offered, "steps": steps, "keep": keep, "kept_per_s": keep * offered}
 
 

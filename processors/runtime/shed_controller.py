@@ -160,11 +160,10 @@ class ShedController:
         if not self._reads:
             return 0.0
         t1, n1 = self._reads[-1]
-        older = [(t, n) for t, n in self._reads if t1 - t >= 2 * READ_RATE_S]
-        middle = [(t, n) for t, n in self._reads if t1 - t >= READ_RATE_S]
-        if not older or not middle:
+        older, middle = self._sample_before(2 * READ_RATE_S), self._sample_before(READ_RATE_S)
+        if older is None or middle is None:
             return 0.0
-        (t0, n0), (tm, nm) = older[-1], middle[-1]
+        (t0, n0), (tm, nm) = older, middle
         before, now = (nm - n0) / max(tm - t0, 1e-9), (n1 - nm) / max(t1 - tm, 1e-9)
         if before <= 0:
             return 0.0
@@ -176,9 +175,13 @@ class ShedController:
         if not self._reads:
             return 0.0
         t1, n1 = self._reads[-1]
-        older = [(t, n) for t, n in self._reads if t1 - t >= span_s]
-        t0, n0 = older[-1] if older else self._reads[0]
+        t0, n0 = self._sample_before(span_s) or self._reads[0]
         return (n1 - n0) / (t1 - t0) if t1 - t0 >= span_s / 2 else 0.0
+
+    def _sample_before(self, span_s: float) -> tuple[float, int] | None:
+        """The newest sample at least ``span_s`` older than the newest one (None: none is)."""
+        t1 = self._reads[-1][0]
+        return next((x for x in reversed(self._reads) if t1 - x[0] >= span_s), None)
 
     def tick(self, current: Mapping[str, float]) -> bool:
         """Decide if it is time; publish the shares when they changed. True if it published.

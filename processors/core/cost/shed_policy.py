@@ -211,7 +211,7 @@ def at_the_rate_now(s: Signals, rate_now: float, window_rate: float, config: She
     A rise is met by the newest statistics and the lead instead (:func:`next_keep`)."""
     if rate_now <= 0 or window_rate <= 0 or rate_now * SHEDDING_FALL > window_rate:
         return s
-    if s.saturated or s.backlog_s > QUEUE_OK * config.max_latency_ms / 1000:
+    if s.saturated or _queueing(config, s):
         return s
     return replace(s, need=s.need * rate_now / window_rate)
 
@@ -222,9 +222,13 @@ def _overloaded(config: ShedConfig, s: Signals, need: float, aim: float) -> bool
     is clearly (HYSTERESIS) over the aim. Otherwise the measurement's noise alone would cut,
     and a latency that no queue explains (a query's own: its windows, its batches) is not
     shortened by dropping."""
-    queueing = s.backlog_s > QUEUE_OK * config.max_latency_ms / 1000
     late = s.latency_ms > HIGH_LATENCY * config.max_latency_ms
-    return (queueing and (s.saturated or late)) or need > HYSTERESIS * aim
+    return (_queueing(config, s) and (s.saturated or late)) or need > HYSTERESIS * aim
+
+
+def _queueing(config: ShedConfig, s: Signals) -> bool:
+    """Whether more work waits than QUEUE_OK of the latency bound."""
+    return s.backlog_s > QUEUE_OK * config.max_latency_ms / 1000
 
 
 def _modelled(
