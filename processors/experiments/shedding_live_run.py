@@ -250,11 +250,48 @@ def kept_up(points: list[tuple[float, float]], input_per_s: float) -> tuple[bool
     return growth < 0.1 * input_per_s and waiting < input_per_s, growth, waiting
 
 
+#: a staircase ends once this many steps in a row are not kept up with: a step that fails
+#: alone (the next, higher one kept up with) was a stall of the worker or the machine, not
+#: its capacity (one such step ended the staircase at 4,338 records/s in a run whose second
+#: staircase then kept up with 7,145)
+CONFIRM_FAILS = 2
+
+
+def staircase(
+    worker: Any, gen: Generator, step_s: float, values: list[float],
+    enter: Callable[[int, float], None], waiting: Callable[[dict[str, Any], float], float],
+    judge: Callable[[list[tuple[float, float]], float], dict[str, Any]],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """The steps both calibrations climb: for each value, ``enter(k, value)`` sets it, what
+    waits (``waiting`` of each sample) is sampled over the step's second half, and
+    ``judge(points, value)`` gives the step's record (with ``kept_up``); until CONFIRM_FAILS
+    steps in a row are not kept up with."""
+    steps: list[dict[str, Any]] = []
+    for k, x in enumerate(values):
+        enter(k, x)
+        points: list[tuple[float, float]] = []
+        while time.time() < gen.start_t + (k + 1) * step_s - 0.1:
+            time.sleep(0.2)
+            s = sample(worker, gen)
+            if s["t"] >= k * step_s + step_s / 2:  # the step's second half
+                points.append((s["t"], waiting(s, x)))
+        steps.append(judge(points, x))
+        if len(steps) >= CONFIRM_FAILS and not any(t["kept_up"] for t in steps[-CONFIRM_FAILS:]):
+            break
+    return steps
+
+
+def _start(gen: Generator) -> None:
+    gen.start()
+    while not gen.start_t:
+        time.sleep(0.01)
+
+
 def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, Any]:
     """The worker's capacity (records/s per input) on this machine: a staircase of steady
     rates without shedding, each ``calibration_step_s`` and ``calibration_factor`` times the
-    last, until one is not kept up with: over the step's second half what waits (before the
-    worker and before the join) grows by more than a tenth of the input, or ends above a
+    last, until steps are not kept up with: over the step's second half what waits (before
+    the worker and before the join) grows by more than a tenth of the input, or ends above a
     second of it. See :func:`capacity_of`."""
     worker, topics, _result, _plan = start_query(bootstrap, state_dir, setup, False, "calib")
     rates = setup.calibration_rates()
@@ -262,24 +299,16 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
     gen = Generator(bootstrap, topics,
                     lambda t: rates[int(t // step)] if t < step * len(rates) else None,
                     setup.pids, setup.seed + 1)  # fmt: skip
-    steps: list[dict[str, Any]] = []
+
+    def judge(points: list[tuple[float, float]], r: float) -> dict[str, Any]:
+        ok, growth, waiting = kept_up(points, 2 * r)
+        return {"rate": r, "waiting": waiting, "growth_per_s": growth, "kept_up": ok}
+
     try:
         time.sleep(2.0)
-        gen.start()
-        while not gen.start_t:
-            time.sleep(0.01)
-        for k, r in enumerate(rates):
-            points: list[tuple[float, float]] = []
-            while time.time() < gen.start_t + (k + 1) * step - 0.1:
-                time.sleep(0.2)
-                s = sample(worker, gen)
-                if s["t"] >= k * step + step / 2:  # the step's second half
-                    points.append((s["t"], s["source_backlog"] + s["join_backlog"]))
-            ok, growth, waiting = kept_up(points, 2 * r)
-            steps.append({"rate": r, "waiting": waiting, "growth_per_s": growth,
-                          "kept_up": ok})  # fmt: skip
-            if not ok:
-                break
+        _start(gen)
+        steps = staircase(worker, gen, step, [float(r) for r in rates], lambda k, r: None,
+                          lambda s, r: s["source_backlog"] + s["join_backlog"], judge)  # fmt: skip
     finally:
         gen.stop.set()
         worker.stop()
@@ -287,13 +316,16 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
 
 
 def capacity_of(steps: list[dict[str, Any]], key: str = "rate") -> float:
-    """Between the last step's ``key`` (rate, or share) kept up with and the first one not
-    (their geometric mean; the last one tried if every one was kept up with)."""
-    good = [s[key] for s in steps if s["kept_up"]]
+    """Between the last step's ``key`` (rate, or share) kept up with before CONFIRM_FAILS
+    steps in a row were not, and the first of those (their geometric mean; the last one kept
+    up with if no run of failures came). A failure alone is passed over (a stall)."""
+    ends = [i for i in range(len(steps))
+            if not any(t["kept_up"] for t in steps[i:i + CONFIRM_FAILS])]  # fmt: skip
+    end = ends[0] if ends else len(steps)
+    good = [s[key] for s in steps[:end] if s["kept_up"]]
     if not good:
         raise RuntimeError(f"the worker kept up with no {key} of the staircase: {steps}")
-    bad = [s[key] for s in steps if not s["kept_up"]]
-    return float(np.sqrt(good[-1] * bad[0])) if bad else float(good[-1])
+    return float(np.sqrt(good[-1] * steps[end][key])) if ends else float(good[-1])
 
 
 def calibrate_kept(
@@ -314,31 +346,23 @@ def calibrate_kept(
     step = setup.calibration_step_s
     gen = Generator(bootstrap, topics, lambda t: offered if t < step * len(shares) else None,
                     setup.pids, setup.seed + 2)  # fmt: skip
-    steps: list[dict[str, Any]] = []
 
     def set_shares(x: float) -> None:
         publish_shed(bootstrap, plan.name, dict.fromkeys(STREAMS, x), "calibration", "experiment")
 
+    def judge(points: list[tuple[float, float]], x: float) -> dict[str, Any]:
+        ok, growth, waiting = kept_up(points, 2 * x * offered)
+        return {"keep": x, "kept_per_s": x * offered, "waiting": waiting,
+                "growth_per_s": growth, "kept_up": ok}  # fmt: skip
+
     try:
         set_shares(shares[0])
         _wait_for_shares(worker, shares[0])
-        gen.start()
-        while not gen.start_t:
-            time.sleep(0.01)
-        for k, x in enumerate(shares):
-            if k:
-                set_shares(x)
-            points: list[tuple[float, float]] = []
-            while time.time() < gen.start_t + (k + 1) * step - 0.1:
-                time.sleep(0.2)
-                s = sample(worker, gen)
-                if s["t"] >= k * step + step / 2:
-                    points.append((s["t"], s["source_backlog"] * x + s["join_backlog"]))
-            ok, growth, waiting = kept_up(points, 2 * x * offered)
-            steps.append({"keep": x, "kept_per_s": x * offered, "waiting": waiting,
-                          "growth_per_s": growth, "kept_up": ok})  # fmt: skip
-            if not ok:
-                break
+        _start(gen)
+        steps = staircase(
+            worker, gen, step, shares, lambda k, x: set_shares(x) if k else None,
+            lambda s, x: s["source_backlog"] * x + s["join_backlog"], judge,
+        )  # fmt: skip
     finally:
         gen.stop.set()
         worker.stop()

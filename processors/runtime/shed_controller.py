@@ -27,7 +27,7 @@ from processors.core.cost.shed_policy import (
     next_keep,
     target,
 )
-from processors.core.cost.shed_signals import signals
+from processors.core.cost.shed_signals import Signals, signals
 from processors.core.plan import LogicalPlan
 from processors.runtime.control import SHED, control_key, encode_control
 
@@ -49,6 +49,9 @@ READ_RATE_S = 1.0
 #: row saw it (cut fast, raise slowly): a worker that falls behind reads less for a moment
 #: while as much is offered, and raising the shares then would deepen its overload
 FALL_CONFIRM_POLLS = 3
+#: a first cut (nothing shed yet) waits for a second decision to confirm it unless what is
+#: offered rises this fast (a share of its rate a second) or the work waiting exceeds the bound
+CONFIRM_RISE = 0.05
 #: the records kept for the cost model's figures (every worker's, about the last minute)
 KEPT_RECORDS = 2_000
 #: a worker stops acting as the controller when no stats arrived for this long
@@ -90,6 +93,8 @@ class ShedController:
         self._reads: collections.deque[tuple[float, int]] = collections.deque()
         self._decided: Decided | None = None
         self._falls = 0  # polls in a row whose feed-forward would raise the shares
+        #: when the last decision was a first cut left for the next one to confirm (None: not)
+        self._doubted: float | None = None
 
     def on_stats(self, record: dict[str, Any], own: bool = False) -> None:
         """A Stats record: from the stats topic (every worker's), and ``own`` from this
@@ -207,7 +212,9 @@ class ShedController:
                     return False
             self._falls = 0
             keep, self._decided, why = fast
-            return self._publish_keep(keep, why, now)
+            # shedding on, the load is held: what was measured still holds
+            held = any(v < 1.0 for v in current.values()) and any(v < 1.0 for v in keep.values())
+            return self._publish_keep(keep, why, now, load_changed=not held)
         self._last_check = now
         measured = signals(list(self.records), WINDOW_MS, self._since_ms, MIN_SPAN_MS)
         if measured is None:
@@ -219,12 +226,21 @@ class ShedController:
         # a fall shows first in the read rate: the window's need is seconds old
         window_rate = self._rate_over(WINDOW_MS / 1000)
         measured = at_the_rate_now(measured, rate, window_rate, self.config)
+        led = measured
         if self._offered_key is not None:  # a rise, from what is offered (not the reading)
             measured = replace(measured, rising=self._offered_rising())
+            # while shedding, the feed-forward meets the rise as it comes, holding the load
+            # the statistics measured: leading them as well would cut for it twice
+            shedding = any(v < 1.0 for v in current.values())
+            led = replace(measured, rising=0.0) if shedding else measured
         self.last_signals = asdict(measured)
-        keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
+        keep, why = next_keep(self.plan, list(self.records), led, current, self.config)
         decided = Decided(rate, measured.need, target(self.config, measured))
         in_force = self.published if self.published is not None else dict(current)
+        if self._unconfirmed(keep, current, measured):
+            log.info("query %s: a first cut to %s not made yet: the next decision confirms it "
+                     "(%s)", self.plan.name, keep, why)  # fmt: skip
+            return False
         if not material(keep, in_force):
             if self._decided is not None and any(v < 1.0 for v in current.values()):
                 # shares held: they stay meant for the read rate they were set at (the
@@ -238,9 +254,31 @@ class ShedController:
         self._decided = replace(self._decided, need=self._decided.aim)
         return self._publish_keep(keep, why, now)
 
-    def _publish_keep(self, keep: dict[str, float], why: str, now: float) -> bool:
+    def _unconfirmed(self, keep: Mapping[str, float], current: Mapping[str, float],
+                     s: Signals) -> bool:  # fmt: skip
+        """Whether ``keep``, a first cut (every share at 1 now), waits for the next decision:
+        neither a rise of what is offered (CONFIRM_RISE) nor work waiting beyond the latency
+        bound explains it. A worker that stalls for a moment measures like an overloaded one
+        for a window; at half the capacity after the experiment's ramp such a cut held the
+        lift off for 15-21 s (docs/shedding.md). A real overload comes with a rise (which
+        :func:`feed_forward` meets between decisions) or persists to the next decision."""
+        first_cut = all(v >= 1.0 for v in current.values()) and any(v < 1.0 for v in keep.values())
+        explained = s.rising >= CONFIRM_RISE or s.backlog_s > self.config.max_latency_ms / 1000
+        now = self.clock()
+        confirming = self._doubted is not None and now - self._doubted <= 3 * CHECK_S
+        self._doubted = None if not first_cut or explained or confirming else now
+        return self._doubted is not None
+
+    def _publish_keep(
+        self, keep: dict[str, float], why: str, now: float, load_changed: bool = True
+    ) -> bool:
+        """Publish ``keep``; statistics count afresh from a while after it unless it holds the
+        load (the feed-forward while shedding, which keeps each input's kept rate and so the
+        work: in a climb it changed the shares every second, and no decision on the
+        statistics corrected a first cut's level until the top, docs/shedding.md)."""
         self.published = keep
-        self._since_ms = int(now * 1000) + SETTLE_MS
+        if load_changed:
+            self._since_ms = int(now * 1000) + SETTLE_MS
         self.decisions += 1
         lifted = all(v >= 1.0 for v in keep.values())
         payload = {"keep": {} if lifted else keep, "reason": "load fell: " + why if lifted

@@ -74,9 +74,14 @@ def test_the_ramp_overload_span_and_feasible_fraction() -> None:
 
 
 def test_capacity_is_between_the_last_rate_kept_up_with_and_the_first_not() -> None:
-    steps = [{"rate": r, "kept_up": r < 3_000} for r in (1_000, 2_000, 3_000)]
+    steps = [{"rate": r, "kept_up": r < 3_000} for r in (1_000, 2_000, 3_000, 4_000)]
     assert capacity_of(steps) == pytest.approx(np.sqrt(2_000 * 3_000))
     assert capacity_of(steps[:2]) == 2_000
+    assert capacity_of(steps[:3]) == pytest.approx(np.sqrt(2_000 * 3_000))  # the last step
+    # a step that fails alone was a stall: the staircase goes on past it
+    stall = [{"rate": r, "kept_up": r != 2_000 and r < 5_000}
+             for r in (1_000, 2_000, 3_000, 4_000, 5_000, 6_000)]  # fmt: skip
+    assert capacity_of(stall) == pytest.approx(np.sqrt(4_000 * 5_000))
     with pytest.raises(RuntimeError, match="no rate"):
         capacity_of([{"rate": 500, "kept_up": False}])
     assert ShedSetup(calibration_steps=3).calibration_rates() == [1_000, 1_150, 1_322]

@@ -398,3 +398,27 @@ def test_a_clear_fall_of_the_read_rate_scales_the_statistics_need_down() -> None
     assert at_the_rate_now(replace(s, saturated=True), 15_000.0, 20_000.0, config).need == 0.9
     queued = replace(s, backlog_s=0.2)  # over a quarter of the 500 ms bound waits
     assert at_the_rate_now(queued, 15_000.0, 20_000.0, config).need == 0.9
+
+
+def test_a_first_cut_no_rise_explains_waits_for_the_next_decision() -> None:
+    """A worker that stalls for a moment at a steady offered rate measures like an overloaded
+    one for a window: the first cut waits for the next decision, which a stall that has passed
+    does not confirm; one that lasts is cut a decision later."""
+    sent: list[tuple[bytes, bytes]] = []
+    clock = [100.0]
+    ctl = ShedController(plan(), lambda value, key: sent.append((value, key)), "w1",
+                         clock=lambda: clock[0])  # fmt: skip
+    for r in records(1_000, 1.0, 0, 50, 450.0, seconds=6):  # 0.3 s of work waits
+        ctl.on_stats(r)
+    assert not ctl.tick({"r": 1.0}) and not sent  # not yet: a stall or an overload?
+    clock[0] += 1.0
+    for r in records(1_000, 0.3, 0, 0, 20.0, seconds=3, start_ms=16_000):
+        ctl.on_stats(r)
+    assert not ctl.tick({"r": 1.0}) and not sent  # it passed: nothing was cut
+    clock[0] += 1.0
+    for r in records(1_000, 1.0, 0, 50, 450.0, seconds=4, start_ms=19_000):
+        ctl.on_stats(r)
+    assert not ctl.tick({"r": 1.0}) and not sent
+    clock[0] += 1.0
+    assert ctl.tick({"r": 1.0}) and len(sent) == 1  # the same a second later: confirmed
+    assert decode_control(sent[0][0], SchemaStore()).payload["keep"]["r"] < 1.0
