@@ -134,7 +134,15 @@ def sample(worker: Any, gen: Generator) -> dict[str, Any]:
         "kept": {s: boxes.get(s, {}).get("kept", read[s]) for s in STREAMS},
         "dropped": {s: boxes.get(s, {}).get("dropped", 0) for s in STREAMS},
         "results": agents.get("sink", {}).get("tuples_out", 0),
+        "changes": list((status.get("shedding") or {}).get("changes", [])),
     }
+
+
+def gather_changes(into: list[dict[str, Any]], seen: list[dict[str, Any]]) -> None:
+    """Add to ``into`` the changes of ``seen`` (a status page's last 20) not in it yet: read at
+    every sample, a run keeps all of them (a climb alone makes 10-15)."""
+    known = {(c.get("time_ms"), str(c.get("to"))) for c in into}
+    into.extend(c for c in seen if (c.get("time_ms"), str(c.get("to"))) not in known)
 
 
 def start_query(
@@ -183,6 +191,7 @@ def run_ramp(
         while time.time() < deadline:
             time.sleep(setup.sample_every_s)
             s = sample(worker, gen)
+            gather_changes(run.changes, s.pop("changes"))
             run.samples.append(s)
             caught_up = s["source_backlog"] == 0 and s["join_backlog"] == 0
             lifted = all(k >= 1.0 for k in s["keep"].values())
@@ -190,7 +199,7 @@ def run_ramp(
                 break
         time.sleep(setup.window_ms / 1000 + setup.idle_ms / 1000 + 1.0)  # the last releases
         final = worker.status(timeout=30)
-        run.changes = list((final.get("shedding") or {}).get("changes", []))
+        gather_changes(run.changes, (final.get("shedding") or {}).get("changes", []))
         run.results_written = next(
             (a["tuples_out"] for a in final["stats"]["agents"] if a["agent"] == "sink"), 0
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from processors.experiments.shedding_live_run import capacity_of, kept_up
+from processors.experiments.shedding_live_run import capacity_of, gather_changes, kept_up
 from processors.experiments.shedding_live_setup import (
     Ramp,
     Sent,
@@ -114,3 +114,12 @@ def test_the_share_staircase_and_the_judgement_of_a_step() -> None:
     growing = [(t / 5, 100.0 + 150.0 * t / 5) for t in range(12)]  # 150/s: over a tenth
     assert not kept_up(growing, 1_000.0)[0]
     assert not kept_up([(0.0, 1_200.0), (1.0, 1_100.0)], 1_000.0)[0]  # a second's waiting
+
+
+def test_a_run_keeps_every_change_though_the_status_page_shows_the_last_20() -> None:
+    page = [{"time_ms": t, "to": {"a": t / 100}, "reason": "r"} for t in range(25)]
+    changes: list[dict] = []
+    gather_changes(changes, page[:20])
+    gather_changes(changes, page[5:25])  # the page has moved on: the first five are gone
+    gather_changes(changes, page[5:25])  # read again: nothing new
+    assert [c["time_ms"] for c in changes] == list(range(25))
