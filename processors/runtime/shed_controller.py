@@ -226,15 +226,10 @@ class ShedController:
         # a fall shows first in the read rate: the window's need is seconds old
         window_rate = self._rate_over(WINDOW_MS / 1000)
         measured = at_the_rate_now(measured, rate, window_rate, self.config)
-        led = measured
         if self._offered_key is not None:  # a rise, from what is offered (not the reading)
             measured = replace(measured, rising=self._offered_rising())
-            # while shedding, the feed-forward meets the rise as it comes, holding the load
-            # the statistics measured: leading them as well would cut for it twice
-            shedding = any(v < 1.0 for v in current.values())
-            led = replace(measured, rising=0.0) if shedding else measured
         self.last_signals = asdict(measured)
-        keep, why = next_keep(self.plan, list(self.records), led, current, self.config)
+        keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
         decided = Decided(rate, measured.need, target(self.config, measured))
         in_force = self.published if self.published is not None else dict(current)
         if self._unconfirmed(keep, current, measured):
