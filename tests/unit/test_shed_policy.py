@@ -329,6 +329,16 @@ def test_the_controller_cuts_between_decisions_when_its_boxes_read_more() -> Non
     # the cuts compound to the kept rate held (shares * 1,000/1,800) less the reading of the
     # 800 more records a second
     assert cuts[-1] == pytest.approx(shares * 1_000 / 1_800 - READ_COST * 800 / 1_800)
+    # they hold the load the statistics measured: those stay valid, and the next decision
+    # is made on them (a change of the load would wait for a second of new ones)
+    since = ctl._since_ms  # still that of the decision on the statistics
+    assert since < clock[0] * 1000
+    for r in records(1_800, 0.5, 0, 0, 100.0, seconds=2, start_ms=since):
+        ctl.on_stats(r)
+    ctl.last_signals = None
+    clock[0] += 0.6
+    ctl.tick({"r": current})
+    assert ctl.last_signals is not None
 
 
 def test_shares_held_by_a_decision_stay_meant_for_the_rate_they_were_set_at() -> None:
