@@ -6,8 +6,8 @@ WINDOW_MS, from what was measured under the shares in force, and asks
 :func:`processors.core.cost.shed_policy.next_keep` for the shares; when they differ
 materially from those in force it publishes them as a DROP_RATES record, which every worker
 (this one too) applies when it reads it back from the control topic, as the scheduling plan is
-applied. Between those decisions, at every tick, a rise of the read rate its own drop boxes
-count is met at once (:func:`processors.core.cost.shed_policy.feed_forward`).
+applied. Between those decisions, at every tick, a rise of the rate offered to its worker's
+inputs is met at once (:func:`processors.core.cost.shed_policy.feed_forward`).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ MIN_SPAN_MS = 1_000
 #: a worker's first seconds of work measure its warm-up (imports, compilation, connections,
 #: the first fetches), not the load: its statistics count from this long after its first tuple
 WARMUP_MS = 3_000
-#: the read rate between decisions is measured over this long
+#: the offered rate between decisions is measured over this long
 READ_RATE_S = 1.0
-#: a fall of the read rate raises the shares between decisions only once this many polls in a
+#: a fall of the offered rate raises the shares between decisions only once this many polls in a
 #: row saw it (cut fast, raise slowly): a worker that falls behind reads less for a moment
 #: while as much is offered, and raising the shares then would deepen its overload
 FALL_CONFIRM_POLLS = 3
@@ -124,7 +124,7 @@ class ShedController:
     def leading(self) -> bool:
         return self.clock() - self._last_stats < LEADERSHIP_TIMEOUT_S
 
-    def read_rate(self) -> float:
+    def offered_rate(self) -> float:
         """The records offered to this worker's inputs a second over the last READ_RATE_S,
         from the fetch high watermarks of its input partitions; before they are known, what
         its drop boxes read (0: neither known yet). Sampled at each tick. The reading comes
@@ -175,7 +175,7 @@ class ShedController:
         return max(0.0, (now - before) / before / ((t1 - t0) / 2))
 
     def _rate_over(self, span_s: float) -> float:
-        """The read rate from the newest sample at least ``span_s`` old (or the oldest) to
+        """The offered rate from the newest sample at least ``span_s`` old (or the oldest) to
         the newest (0: under half of ``span_s`` known)."""
         if not self._reads:
             return 0.0
@@ -190,9 +190,9 @@ class ShedController:
 
     def tick(self, current: Mapping[str, float]) -> bool:
         """Decide if it is time; publish the shares when they changed. True if it published.
-        Between decisions, a rise of the read rate is acted on at once (:func:`feed_forward`)."""
+        Between decisions, a rise of the offered rate is acted on at once (:func:`feed_forward`)."""
         now = self.clock()
-        rate = self.read_rate()
+        rate = self.offered_rate()
         if not self.leading:
             return False
         if self._decided is not None and self._decided.rate <= 0 < rate:  # known since
@@ -223,7 +223,7 @@ class ShedController:
         newest = signals(list(self.records), MIN_SPAN_MS, self._since_ms, MIN_SPAN_MS)
         if newest is not None and newest.need > measured.need:  # (a rise is a slope: the
             measured = replace(newest, rising=measured.rising)  # longer window's)
-        # a fall shows first in the read rate: the window's need is seconds old
+        # a fall shows first in the offered rate: the window's need is seconds old
         window_rate = self._rate_over(WINDOW_MS / 1000)
         measured = at_the_rate_now(measured, rate, window_rate, self.config)
         if self._offered_key is not None:  # a rise, from what is offered (not the reading)
@@ -238,7 +238,7 @@ class ShedController:
             return False
         if not material(keep, in_force):
             if self._decided is not None and any(v < 1.0 for v in current.values()):
-                # shares held: they stay meant for the read rate they were set at (the
+                # shares held: they stay meant for the offered rate they were set at (the
                 # statistics that held them are a second or two old: in a climb, moving the
                 # rate along with every held decision would never let feed_forward act)
                 decided = replace(decided, rate=self._decided.rate)

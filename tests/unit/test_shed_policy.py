@@ -284,7 +284,7 @@ def test_between_decisions_a_rising_read_rate_is_met_at_once() -> None:
 
 
 def test_between_decisions_a_falling_read_rate_gives_the_shares_back() -> None:
-    """While shedding, a fall of the read rate raises every share by its inverse (each
+    """While shedding, a fall of the offered rate raises every share by its inverse (each
     input's kept rate held, plus the reading freed), up to a lift; not shedding, a fall
     changes nothing."""
     from processors.core.cost.shed_policy import Decided, feed_forward
@@ -342,7 +342,7 @@ def test_the_controller_cuts_between_decisions_when_its_boxes_read_more() -> Non
 
 
 def test_shares_held_by_a_decision_stay_meant_for_the_rate_they_were_set_at() -> None:
-    """A decision that holds the shares does not move the read rate they are meant for: in a
+    """A decision that holds the shares does not move the offered rate they are meant for: in a
     climb, decisions a second apart would otherwise each take the newer rate as the base,
     and a rise of 5% a second would never reach feed_forward's 10% (the kept rate would
     climb unchecked until the statistics showed the overload)."""
@@ -360,7 +360,7 @@ def test_shares_held_by_a_decision_stay_meant_for_the_rate_they_were_set_at() ->
             ctl.tick(shedding)
     assert sent  # held twice, then cut once 10% over the 1,000 they were set at
     fast = decode_control(sent[0][0], SchemaStore()).payload
-    assert "cost held" in fast["reason"] and "read rate 1000/s ->" in fast["reason"]
+    assert "cost held" in fast["reason"] and "offered 1000/s ->" in fast["reason"]
     # meant for 1,050 (the held decision's rate) they would be cut only at 1,155, to 0.45
     assert fast["keep"]["r"] < 0.45
 
@@ -379,7 +379,7 @@ def test_a_fall_of_the_read_rate_raises_the_shares_only_once_it_lasts() -> None:
         ctl.on_stats(r)
     rates = iter([2_000.0] * 2 + [1_500.0] * (FALL_CONFIRM_POLLS - 1) + [2_000.0] * 3
                  + [1_500.0] * FALL_CONFIRM_POLLS)  # fmt: skip
-    ctl.read_rate = lambda: next(rates)  # type: ignore[method-assign]
+    ctl.offered_rate = lambda: next(rates)  # type: ignore[method-assign]
     shedding = {"r": 0.5}
     for _ in range(2 + FALL_CONFIRM_POLLS - 1 + 3 + FALL_CONFIRM_POLLS - 1):
         clock[0] += 0.1  # polls within one decision's second
@@ -393,7 +393,7 @@ def test_a_fall_of_the_read_rate_raises_the_shares_only_once_it_lasts() -> None:
 
 def test_a_clear_fall_of_the_read_rate_scales_the_statistics_need_down() -> None:
     """In a falling load the statistics' window (3 s, a second or two old) overstates the
-    need: at the same shares it is scaled by the read rate now over the window's, once the
+    need: at the same shares it is scaled by the offered rate now over the window's, once the
     fall is clear (10%) and only while nothing queues (a worker falling behind reads less
     while as much is offered)."""
     from processors.core.cost.shed_policy import at_the_rate_now

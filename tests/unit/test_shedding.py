@@ -144,14 +144,14 @@ def test_the_controller_rates_what_is_offered_and_starts_afresh_when_partitions_
     for k in range(1, 8):  # 1,000 offered a second; the reads say nothing here
         clock[0] += 0.2
         offered[0] = (1, 200 * k)
-        rate = ctl.read_rate()
+        rate = ctl.offered_rate()
     assert rate == pytest.approx(1_000.0)
     clock[0] += 0.2
     offered[0] = (2, 50_000)  # another partition set: its sum is no rate
-    assert ctl.read_rate() == 0.0
+    assert ctl.offered_rate() == 0.0
     clock[0] += 0.6
     offered[0] = (2, 51_800)
-    assert ctl.read_rate() == pytest.approx(3_000.0)
+    assert ctl.offered_rate() == pytest.approx(3_000.0)
 
 
 def test_the_controller_measures_a_rise_from_what_is_offered() -> None:
@@ -170,7 +170,7 @@ def test_the_controller_measures_a_rise_from_what_is_offered() -> None:
         clock[0] += 0.2
         count += 0.2 * (1_000.0 + 100.0 * clock[0])
         offered[0] = (1, int(count))
-        ctl.read_rate()
+        ctl.offered_rate()
     # at t = 3.2 s: 1,270/s over the last second, 1,170/s the second before
     assert ctl._offered_rising() == pytest.approx(100 / 1_170, rel=0.02)
     steady = ShedController(plan, lambda v, k: None, "w", clock=lambda: clock[0],
@@ -179,5 +179,5 @@ def test_the_controller_measures_a_rise_from_what_is_offered() -> None:
         clock[0] += 0.2
         count += 200
         offered[0] = (1, int(count))
-        steady.read_rate()
+        steady.offered_rate()
     assert steady._offered_rising() == pytest.approx(0.0, abs=1e-6)

@@ -47,12 +47,12 @@ DRAIN = 0.7
 #: work waiting beyond QUEUE_OK of the bound is drained within DRAIN_HORIZON_S, the target
 #: lowered by what that takes, to no less than DRAIN_FLOOR of it
 QUEUE_OK, DRAIN_HORIZON_S, DRAIN_FLOOR = 0.25, 2.0, 0.5
-#: a rising read rate is met this far ahead (a decision takes effect a second or two after
+#: a rising offered rate is met this far ahead (a decision takes effect a second or two after
 #: the statistics it is made on), at most MAX_RISING of the rate a second
 LEAD_S, MAX_RISING = 2.0, 0.25
 #: shares are cut only on clear evidence (see _overloaded)
 HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
-#: between decisions, a read rate this much above the last decision's is acted on at once;
+#: between decisions, an offered rate this much above the last decision's is acted on at once;
 #: while shedding, a rise of SHEDDING_RISE already is (a load climbing 7% a second was 20%
 #: above the shares' rate only after 3 s, the shares too high), and a fall of SHEDDING_FALL
 #: (at 20% the shares lagged a load falling 7-15% a second by 2-3 s: 0.69 of the feasible
@@ -156,8 +156,8 @@ def next_keep(
 
 @dataclass(frozen=True)
 class Decided:
-    """What the last decision on the statistics saw: this worker's read rate (records/s), the
-    need and the aim."""
+    """What the last decision on the statistics saw: the rate offered to this worker
+    (records/s), the need and the aim."""
 
     rate: float
     need: float
@@ -168,15 +168,14 @@ def feed_forward(
     current: Mapping[str, float], rate_now: float, last: Decided, config: ShedConfig
 ) -> tuple[dict[str, float], Decided, str] | None:
     """Between decisions on the statistics (a second or more apart, and their figures a
-    second old), the read rate, counted by the drop boxes themselves, is fresh. While
-    shedding, when it rose by SHEDDING_RISE or fell by SHEDDING_FALL since the last
-    decision, every share changes
-    by the inverse, so that each input's kept rate (and so the load: a RANGE window holds what
-    its input keeps) stays as that decision left it, less (or plus) what reading the extra (or
-    fewer) records costs (READ_COST): the shares shrink in a climb and grow back as the load
-    falls, up to a lift. Not shedding yet, a rise starts the shares at the aim over
-    the need grown with the rate, if that is clearly over. The new shares, what they are
-    decided on (for the next change), why; None: no change."""
+    second old), the rate offered to the worker's inputs (their high watermarks) is fresh. While
+    shedding, when it rose by SHEDDING_RISE or fell by SHEDDING_FALL since the last decision,
+    every share changes by the inverse, so that each input's kept rate (and so the load: a RANGE
+    window holds what its input keeps) stays as that decision left it, less (or plus) what
+    reading the extra (or fewer) records costs (READ_COST): the shares shrink in a climb and
+    grow back as the load falls, up to a lift. Not shedding yet, a rise starts the shares at the
+    aim over the need grown with the rate, if that is clearly over. The new shares, what they
+    are decided on (for the next change), why; None: no change."""
     if last.rate <= 0 or last.need <= 0 or rate_now <= 0:
         return None
     shedding = any(v < 1.0 for v in current.values())
@@ -198,13 +197,13 @@ def feed_forward(
     held = (
         "cost held (kept and read)" if shedding else f"need about {grown:.2f}, aim {last.aim:.2f}"
     )
-    why = f"read rate {last.rate:.0f}/s -> {rate_now:.0f}/s since the last decision: {held}"
+    why = f"offered {last.rate:.0f}/s -> {rate_now:.0f}/s since the last decision: {held}"
     return keep, Decided(rate_now, last.need if shedding else last.aim, last.aim), why
 
 
 def at_the_rate_now(s: Signals, rate_now: float, window_rate: float, config: ShedConfig) -> Signals:
-    """The statistics' need for the read rate now, when that has clearly fallen (by
-    SHEDDING_FALL) below this worker's read rate over the statistics' window: at the same
+    """The statistics' need for the offered rate now, when that has clearly fallen (by
+    SHEDDING_FALL) below the rate offered to this worker over the statistics' window: at the same
     shares the work goes with the records read, and in a falling load the window's need,
     seconds old, would hold the shares too low. A worker that falls behind also reads less
     while as much is offered: not when it is saturated or work waits (QUEUE_OK of the bound).
