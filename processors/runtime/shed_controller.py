@@ -22,6 +22,8 @@ from typing import Any
 from processors.core.cost.shed_policy import (
     Decided,
     at_the_rate_now,
+    cut_explained,
+    dropping,
     feed_forward,
     material,
     next_keep,
@@ -49,9 +51,6 @@ READ_RATE_S = 1.0
 #: row saw it (cut fast, raise slowly): a worker that falls behind reads less for a moment
 #: while as much is offered, and raising the shares then would deepen its overload
 FALL_CONFIRM_POLLS = 3
-#: a first cut (nothing shed yet) waits for a second decision to confirm it unless what is
-#: offered rises this fast (a share of its rate a second) or the work waiting exceeds the bound
-CONFIRM_RISE = 0.05
 #: the records kept for the cost model's figures (every worker's, about the last minute)
 KEPT_RECORDS = 2_000
 #: a worker stops acting as the controller when no stats arrived for this long
@@ -213,7 +212,7 @@ class ShedController:
             self._falls = 0
             keep, self._decided, why = fast
             # shedding on, the load is held: what was measured still holds
-            held = any(v < 1.0 for v in current.values()) and any(v < 1.0 for v in keep.values())
+            held = dropping(current) and dropping(keep)
             return self._publish_keep(keep, why, now, load_changed=not held)
         self._last_check = now
         measured = signals(list(self.records), WINDOW_MS, self._since_ms, MIN_SPAN_MS)
@@ -232,12 +231,12 @@ class ShedController:
         keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
         decided = Decided(rate, measured.need, target(self.config, measured))
         in_force = self.published if self.published is not None else dict(current)
-        if self._unconfirmed(keep, current, measured):
+        if self._unconfirmed(keep, current, measured, now):
             log.info("query %s: a first cut to %s not made yet: the next decision confirms it "
                      "(%s)", self.plan.name, keep, why)  # fmt: skip
             return False
         if not material(keep, in_force):
-            if self._decided is not None and any(v < 1.0 for v in current.values()):
+            if self._decided is not None and dropping(current):
                 # shares held: they stay meant for the offered rate they were set at (the
                 # statistics that held them are a second or two old: in a climb, moving the
                 # rate along with every held decision would never let feed_forward act)
@@ -250,16 +249,14 @@ class ShedController:
         return self._publish_keep(keep, why, now)
 
     def _unconfirmed(self, keep: Mapping[str, float], current: Mapping[str, float],
-                     s: Signals) -> bool:  # fmt: skip
+                     s: Signals, now: float) -> bool:  # fmt: skip
         """Whether ``keep``, a first cut (every share at 1 now), waits for the next decision:
-        neither a rise of what is offered (CONFIRM_RISE) nor work waiting beyond the latency
-        bound explains it. A worker that stalls for a moment measures like an overloaded one
-        for a window; at half the capacity after the experiment's ramp such a cut held the
-        lift off for 15-21 s (docs/shedding.md). A real overload comes with a rise (which
-        :func:`feed_forward` meets between decisions) or persists to the next decision."""
-        first_cut = all(v >= 1.0 for v in current.values()) and any(v < 1.0 for v in keep.values())
-        explained = s.rising >= CONFIRM_RISE or s.backlog_s > self.config.max_latency_ms / 1000
-        now = self.clock()
+        nothing explains it at once (:func:`cut_explained`). At half the capacity after the
+        experiment's ramp a stall's cut held the lift off for 15-21 s (docs/shedding.md); a
+        real overload comes with a rise (which :func:`feed_forward` meets between decisions)
+        or persists to the next decision."""
+        first_cut = not dropping(current) and dropping(keep)
+        explained = cut_explained(self.config, s)
         confirming = self._doubted is not None and now - self._doubted <= 3 * CHECK_S
         self._doubted = None if not first_cut or explained or confirming else now
         return self._doubted is not None
@@ -275,7 +272,7 @@ class ShedController:
         if load_changed:
             self._since_ms = int(now * 1000) + SETTLE_MS
         self.decisions += 1
-        lifted = all(v >= 1.0 for v in keep.values())
+        lifted = not dropping(keep)
         payload = {"keep": {} if lifted else keep, "reason": "load fell: " + why if lifted
                    else why, "measured": self.last_signals}  # fmt: skip
         self._publish(encode_control(SHED, self.plan.name, payload, self.worker_id),

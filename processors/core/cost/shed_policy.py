@@ -59,6 +59,9 @@ HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
 #: kept over the ramp's descent, docs/shedding.md)
 FAST_RISE = 1.2
 SHEDDING_RISE = SHEDDING_FALL = 1.1
+#: a first cut (nothing shed yet) waits for a second decision to confirm it unless what is
+#: offered rises this fast (a share of its rate a second) or the work waiting exceeds the bound
+CONFIRM_RISE = 0.05
 #: what reading (and dropping) a record costs, as a share of what processing a kept one
 #: costs: the drop box refuses records before their decode, and since the consumer reads
 #: them as columns (processors.runtime.fetch_runs) no object is made of them either.
@@ -85,6 +88,19 @@ RAISE_FACTOR, RAISE_STEP = 1.5, 0.1
 #: LIGHT_BACKLOG records (or LIGHT_BACKLOG_S seconds of reading) wait, and the latency is
 #: within the bound (then a lift is at once)
 LIGHT, LIGHT_BACKLOG, LIGHT_BACKLOG_S = 0.5, 100, 0.25
+
+
+def dropping(shares: Mapping[str, float]) -> bool:
+    """Whether any drop box of ``shares`` drops (keeps less than everything)."""
+    return any(v < 1.0 for v in shares.values())
+
+
+def cut_explained(config: ShedConfig, s: Signals) -> bool:
+    """Whether a first cut is explained without a second look: what is offered rises by
+    CONFIRM_RISE a second or more, or more work waits than the latency bound. Otherwise the
+    controller waits for the next decision to confirm it (a worker that stalls for a moment
+    measures like an overloaded one for a window; docs/shedding.md)."""
+    return s.rising >= CONFIRM_RISE or s.backlog_s > config.max_latency_ms / 1000
 
 
 def target(config: ShedConfig, s: Signals) -> float:
@@ -133,7 +149,7 @@ def next_keep(
     if need <= 0:
         return dict(current), "no load measured"
     scale = aim / need
-    if all(current.get(n, 1.0) >= 1.0 for n in names) and scale >= 1.0:
+    if not dropping({n: current.get(n, 1.0) for n in names}) and scale >= 1.0:
         return dict.fromkeys(names, 1.0), "keeping up"
     if scale < 1.0 and not _overloaded(config, s, need, aim):
         return dict(current), "within the bound: shares held"
@@ -178,7 +194,7 @@ def feed_forward(
     are decided on (for the next change), why; None: no change."""
     if last.rate <= 0 or last.need <= 0 or rate_now <= 0:
         return None
-    shedding = any(v < 1.0 for v in current.values())
+    shedding = dropping(current)
     rise = SHEDDING_RISE if shedding else FAST_RISE
     rose, fell = rate_now >= rise * last.rate, rate_now * SHEDDING_FALL <= last.rate
     if not (rose or (fell and shedding)):
@@ -296,7 +312,7 @@ def _unshed(inputs: CostInputs, current: Mapping[str, float]) -> CostInputs:
 
 def material(new: Mapping[str, float], old: Mapping[str, float]) -> bool:
     """Whether ``new`` shares differ enough from ``old`` to publish (lifting always is)."""
-    lifting = all(v >= 1.0 for v in new.values()) and any(v < 1.0 for v in old.values())
+    lifting = not dropping(new) and dropping(old)
 
     def moved(n: str) -> bool:
         was = old.get(n, 1.0)
