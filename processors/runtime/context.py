@@ -58,8 +58,21 @@ def stop_worker(message: str, code: int) -> NoReturn:
 EXIT_OUTPUT_FAILED = 75
 
 
+#: run before a stop for unwritten output: one may stop the worker with the cause instead
+#: (topics the broker lost: :mod:`processors.runtime.topics_watch`)
+_BEFORE_OUTPUT_STOP: list[Callable[[], None]] = []
+
+
+def before_output_stop(check: Callable[[], None]) -> None:
+    """Run ``check`` before :func:`fatal` stops the worker (it may stop it with a better reason)."""
+    _BEFORE_OUTPUT_STOP.append(check)
+
+
 def fatal(agent: str, exc: BaseException) -> NoReturn:
     """Stop the process now, committing nothing, so that unwritten output is redone."""
+    for check in _BEFORE_OUTPUT_STOP:
+        with contextlib.suppress(Exception):
+            check()
     stop_worker(
         f"agent {agent} could not write its output, exiting without commit: {exc!r}",
         EXIT_OUTPUT_FAILED,

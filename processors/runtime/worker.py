@@ -11,7 +11,6 @@ Several workers started for the same query form one consumer group and share the
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import os
@@ -41,7 +40,7 @@ from processors.runtime.backpressure import (
     trim_heap,
 )
 from processors.runtime.broker import free_port
-from processors.runtime.context import AgentContext, stop_worker
+from processors.runtime.context import AgentContext
 from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, control_topic_spec
 from processors.runtime.cpu_priority import current_scheduling, request_realtime
 from processors.runtime.deadletter import DeadLetters
@@ -60,6 +59,7 @@ from processors.runtime.stage_agent import add_stage_agent
 from processors.runtime.state import StateSnapshots
 from processors.runtime.stateful import add_stateful_agent
 from processors.runtime.stats import StatsBoard
+from processors.runtime.topics_watch import TOPICS_CHECK_S, TopicsWatch
 from processors.runtime.warm_up import warm_kernels
 from processors.runtime.web_auth import check_exposure
 from processors.runtime.web_pages import add_pages, pipeline_graph
@@ -69,10 +69,6 @@ from topics.specs import TopicSpec
 
 log = logging.getLogger(__name__)
 
-#: how often a worker checks that its topics still exist
-TOPICS_CHECK_S = 10.0
-#: exit status of a worker whose topics are gone (EX_UNAVAILABLE)
-EXIT_TOPICS_GONE = 69
 
 #: when, after the app starts, start-up objects are frozen (:func:`freeze_heap`)
 FREEZE_AFTER_S = 5.0
@@ -263,30 +259,12 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
     if tail is None:
         _add_step_agents(ctx, plan, pipeline, options, snapshots, eo, out_codec, results)
 
-    watched = sorted({spec.name for spec in topic_specs(pipeline)})
+    watch = TopicsWatch(options.bootstrap, (s.name for s in topic_specs(pipeline)), options.kafka)
+    watch.before_output_stops()
 
     @app.timer(TOPICS_CHECK_S)
     async def topics_still_there() -> None:
-        """A broker that lost its topics (the embedded one keeps them in memory) stops the
-        worker with a message saying so, rather than a stream of errors."""
-        from topics.admin import partition_counts
-
-        check = functools.partial(
-            partition_counts, options.bootstrap, watched, 5.0, security=options.kafka
-        )
-        try:
-            found = await asyncio.get_running_loop().run_in_executor(None, check)
-        except Exception:  # the broker is away: the clients wait for it to come back
-            return
-        gone = [t for t in watched if t not in found]
-        if gone:
-            stop_worker(
-                f"topics {gone} are gone from the broker at {options.bootstrap} (a broker that "
-                "keeps its data in memory, like the embedded one, loses every topic when it "
-                "restarts); the worker stops. Start it again: it creates the topics, and the "
-                "inputs must be published again",
-                EXIT_TOPICS_GONE,
-            )
+        await asyncio.get_running_loop().run_in_executor(None, watch.stop_if_gone)
 
     if memory is not None:
 

@@ -11,7 +11,7 @@ from faults_helpers import FILTER_QUERY, make_topics, publish, start, write_quer
 
 from processors.commands.launcher import wait_for_count
 from processors.runtime.broker import start_broker, stop_broker
-from processors.runtime.worker import EXIT_TOPICS_GONE
+from processors.runtime.topics_watch import EXIT_TOPICS_GONE
 from processors.workloads.examples import reading_columns
 
 

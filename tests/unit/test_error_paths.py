@@ -173,6 +173,32 @@ def test_a_dead_letter_that_cannot_be_written_stops_the_worker_without_commit() 
     assert "ingest.r" in stopped.value.message
 
 
+def test_a_write_that_fails_because_the_broker_lost_the_topics_stops_with_that_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted in-memory broker fails the idempotent producer (unknown producer id) before
+    the periodic check runs: the stop still names the lost topics, and exits 69, not 75."""
+    from processors.runtime import topics_watch
+
+    monkeypatch.setattr(context, "_BEFORE_OUTPUT_STOP", [])
+    monkeypatch.setattr(topics_watch, "stop_worker", context.stop_worker)  # the patched one
+    watch = topics_watch.TopicsWatch("127.0.0.1:1", ["in", "out"])
+    monkeypatch.setattr(watch, "gone", lambda: ["out"])
+    watch.before_output_stops()
+    with pytest.raises(Stopped) as stopped:
+        context.fatal("ingest.r", KafkaException(KafkaError(KafkaError.UNKNOWN_PRODUCER_ID)))
+    assert stopped.value.code == topics_watch.EXIT_TOPICS_GONE
+    assert "['out'] are gone from the broker at 127.0.0.1:1" in stopped.value.message
+
+    def away() -> list[str]:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    monkeypatch.setattr(watch, "gone", away)  # a broker that is away: the write's own reason
+    with pytest.raises(Stopped) as stopped:
+        context.fatal("ingest.r", KafkaException(KafkaError(KafkaError.UNKNOWN_PRODUCER_ID)))
+    assert stopped.value.code == EXIT_OUTPUT_FAILED
+
+
 # --- finding 2: an exception escaping an agent ---------------------------------------------------
 
 
