@@ -56,13 +56,16 @@ def run_shedding_live(
     _say("calibrating: a staircase of steady rates, no shedding")
     cal = calibrate(bootstrap, state_dir, setup)
     ramp = Ramp(cal["capacity_per_s"], setup)
-    _say(f"capacity {ramp.capacity:,.0f} records/s per input; ramp {setup.low:g}x -> "
-         f"{setup.high:g}x -> {setup.low:g}x over {ramp.duration_s:.0f} s")  # fmt: skip
+    bounded = cal["capacity_within_bound_per_s"] or 0
+    _say(f"capacity {ramp.capacity:,.0f} records/s per input ({bounded:,.0f} within the "
+         f"latency bound); ramp {setup.low:g}x -> {setup.high:g}x -> {setup.low:g}x over "
+         f"{ramp.duration_s:.0f} s")  # fmt: skip
     _say(f"calibrating: the shares kept up with at {setup.high:g}x, set by hand")
     cal["kept"] = calibrate_kept(bootstrap, state_dir, setup, ramp.capacity)
     _say(
         f"at {cal['kept']['offered_per_s']:,.0f} records/s per input the worker keeps up "
-        f"with {cal['kept']['kept_per_s']:,.0f} (share {cal['kept']['keep']:.3f})"
+        f"with {cal['kept']['kept_per_s']:,.0f} (share {cal['kept']['keep']:.3f}; within the "
+        f"latency bound {cal['kept']['kept_within_bound_per_s'] or 0:,.0f})"
     )
     runs = {}
     for shed in (True, False):
@@ -81,7 +84,8 @@ def run_shedding_live(
         f"(bound {summary['latency_bound_ms']} ms), {summary['noshed_p99_latency_ms']:,.0f} ms "
         f"without; kept {summary['kept_fraction']:.3f} of {summary['feasible_kept_fraction']:.3f}"
         f" feasible (capacity / offered), of {summary['feasible_kept_fraction_measured']:.3f} "
-        f"measured at the top; precision {summary['precision']:.4f}, "
+        f"measured at the top, of {summary.get('feasible_kept_fraction_within_bound', 0):.3f} "
+        f"within the latency bound; precision {summary['precision']:.4f}, "
         f"recall {summary['recall']:.3f}; "
         f"lifted {summary['lift_after_ramp_s']} s after the ramp"
     )
@@ -190,6 +194,18 @@ def summarize(shed: LiveRun, noshed: LiveRun, ramp: Ramp, cal: dict[str, Any]) -
         (o0, o1), cal["kept"]["kept_per_s"]
     )
     out["kept_vs_feasible_measured"] = out["kept_fraction"] / out["feasible_kept_fraction_measured"]
+    # the same with the rates kept up with within the latency bound (calibration.judge_latency)
+    bounded, top_bounded = (
+        cal.get("capacity_within_bound_per_s"),
+        cal["kept"].get("kept_within_bound_per_s"),
+    )
+    if bounded is not None:
+        out["feasible_kept_fraction_within_bound"] = ramp.feasible_kept_fraction(
+            (o0, o1), top_bounded, capacity=bounded
+        )
+        out["kept_vs_feasible_within_bound"] = (
+            out["kept_fraction"] / out["feasible_kept_fraction_within_bound"]
+        )
     out["capacity_per_s"] = ramp.capacity
     out["overload_s"] = [round(o0, 2), round(o1, 2)]
     out["ramp_end_s"] = ramp.ramp_end_s

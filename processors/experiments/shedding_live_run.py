@@ -290,6 +290,37 @@ def staircase(
     return steps
 
 
+#: a calibration's results are read back in this many runs of CHUNK records spread evenly
+#: over the partition (tens of millions are written; a run of them is under a second)
+CALIBRATION_RUNS = 80
+
+
+def judge_latency(
+    steps: list[dict[str, Any]], results: dict[str, np.ndarray], start_t: float, step_s: float,
+    bound_ms: float,
+) -> None:  # fmt: skip
+    """Each step's p99 output latency over its second half (the results written then, read
+    back in runs: a sample) and whether it was kept up with within the latency bound: a rate
+    kept up with only by letting results wait longer than the query allows is not one the
+    worker can keep under that query's bound. A step with no result read back is judged by
+    its backlog alone."""
+    written_s = results["written_ms"] / 1000.0 - start_t
+    lat = results["written_ms"] - np.maximum(results["a_ts"], results["b_ts"])
+    for k, step in enumerate(steps):
+        inside = lat[(written_s >= (k + 0.5) * step_s) & (written_s < (k + 1) * step_s)]
+        p99 = float(np.percentile(inside, 99)) if len(inside) else None
+        step["latency_n"], step["p99_latency_ms"] = int(len(inside)), p99
+        step["within_bound"] = bool(step["kept_up"] and (p99 is None or p99 <= bound_ms))
+
+
+def _bounded(steps: list[dict[str, Any]], key: str) -> float | None:
+    """:func:`capacity_of` the steps within the latency bound (None if none was)."""
+    try:
+        return capacity_of(steps, key, ok="within_bound")
+    except RuntimeError:
+        return None
+
+
 def _start(gen: Generator) -> None:
     gen.start()
     while not gen.start_t:
@@ -301,8 +332,9 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
     rates without shedding, each ``calibration_step_s`` and ``calibration_factor`` times the
     last, until steps are not kept up with: over the step's second half what waits (before
     the worker and before the join) grows by more than a tenth of the input, or ends above a
-    second of it. See :func:`capacity_of`."""
-    worker, topics, _result, _plan = start_query(bootstrap, state_dir, setup, False, "calib")
+    second of it. See :func:`capacity_of`; ``capacity_within_bound_per_s`` is the same over
+    the steps whose output latency was within the bound too (:func:`judge_latency`)."""
+    worker, topics, result, plan = start_query(bootstrap, state_dir, setup, False, "calib")
     rates = setup.calibration_rates()
     step = setup.calibration_step_s
     gen = Generator(bootstrap, topics,
@@ -321,19 +353,32 @@ def calibrate(bootstrap: str, state_dir: Path, setup: ShedSetup) -> dict[str, An
     finally:
         gen.stop.set()
         worker.stop()
-    return {"steps": steps, "capacity_per_s": capacity_of(steps)}
+    _judge_latency_of(bootstrap, result, plan, setup, steps, gen.start_t)
+    return {"steps": steps, "capacity_per_s": capacity_of(steps),
+            "capacity_within_bound_per_s": _bounded(steps, "rate")}  # fmt: skip
 
 
-def capacity_of(steps: list[dict[str, Any]], key: str = "rate") -> float:
-    """Between the last step's ``key`` (rate, or share) kept up with before CONFIRM_FAILS
-    steps in a row were not, and the first of those (their geometric mean; the last one kept
-    up with if no run of failures came). A failure alone is passed over (a stall)."""
+def _judge_latency_of(
+    bootstrap: str, result: str, plan: Any, setup: ShedSetup, steps: list[dict[str, Any]],
+    start_t: float,
+) -> None:  # fmt: skip
+    """:func:`judge_latency` over a sample of the calibration's results."""
+    results = read_results(bootstrap, result, plan, list(range(setup.sampled_partitions)),
+                           CALIBRATION_RUNS)  # fmt: skip
+    judge_latency(steps, results, start_t, setup.calibration_step_s, setup.max_latency_ms)
+
+
+def capacity_of(steps: list[dict[str, Any]], key: str = "rate", ok: str = "kept_up") -> float:
+    """Between the last step's ``key`` (rate, or share) that passed (``ok``: kept up with, or
+    kept up with within the latency bound) before CONFIRM_FAILS steps in a row did not, and
+    the first of those (their geometric mean; the last one that passed if no run of failures
+    came). A failure alone is passed over (a stall)."""
     ends = [i for i in range(len(steps))
-            if not any(t["kept_up"] for t in steps[i:i + CONFIRM_FAILS])]  # fmt: skip
+            if not any(t[ok] for t in steps[i:i + CONFIRM_FAILS])]  # fmt: skip
     end = ends[0] if ends else len(steps)
-    good = [s[key] for s in steps[:end] if s["kept_up"]]
+    good = [s[key] for s in steps[:end] if s[ok]]
     if not good:
-        raise RuntimeError(f"the worker kept up with no {key} of the staircase: {steps}")
+        raise RuntimeError(f"no {key} of the staircase passed ({ok}): {steps}")
     return float(np.sqrt(good[-1] * steps[end][key])) if ends else float(good[-1])
 
 
@@ -351,7 +396,7 @@ def calibrate_kept(
 
     offered = setup.high * capacity
     shares = setup.kept_shares(capacity)
-    worker, topics, _result, plan = start_query(bootstrap, state_dir, setup, False, "calkeep")
+    worker, topics, result, plan = start_query(bootstrap, state_dir, setup, False, "calkeep")
     step = setup.calibration_step_s
     gen = Generator(bootstrap, topics, lambda t: offered if t < step * len(shares) else None,
                     setup.pids, setup.seed + 2)  # fmt: skip
@@ -375,8 +420,10 @@ def calibrate_kept(
     finally:
         gen.stop.set()
         worker.stop()
-    keep = capacity_of(steps, "keep")
-    return {"offered_per_s": offered, "steps": steps, "keep": keep, "kept_per_s": keep * offered}
+    _judge_latency_of(bootstrap, result, plan, setup, steps, gen.start_t)
+    keep, bounded = capacity_of(steps, "keep"), _bounded(steps, "keep")
+    return {"offered_per_s": offered, "steps": steps, "keep": keep, "kept_per_s": keep * offered,
+            "kept_within_bound_per_s": None if bounded is None else bounded * offered}  # fmt: skip
 
 
 def _wait_for_shares(worker: Any, x: float, timeout: float = 30.0) -> None:

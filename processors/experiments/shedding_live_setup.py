@@ -138,19 +138,23 @@ class Ramp:
         return (up, down)
 
     def feasible_kept_fraction(
-        self, span: tuple[float, float], kept_at_high: float | None = None
-    ) -> float:
+        self, span: tuple[float, float], kept_at_high: float | None = None,
+        capacity: float | None = None,
+    ) -> float:  # fmt: skip
         """The most the capacity lets a worker keep over ``span``: sum(min(rate, C)) /
         sum(rate), each input alike. With ``kept_at_high`` (the kept rate measured at the
         top, ``high`` x C offered: what reading the rest costs included), the most kept at a
-        rate r between C and the top is interpolated linearly between C at C and that."""
+        rate r between C and the top is interpolated linearly between C at C and that.
+        ``capacity`` stands for C where another capacity is meant (the one within the
+        latency bound); the ramp's rates stay those of the capacity it was built on."""
+        c = self.capacity if capacity is None else capacity
         t = np.linspace(span[0], span[1], 2_001)
         r = self.rate(t)
-        most = np.minimum(r, self.capacity)
+        most = np.minimum(r, c)
         top = self.setup.high * self.capacity
-        if kept_at_high is not None and top > self.capacity:
-            over = np.clip((r - self.capacity) / (top - self.capacity), 0.0, 1.0)
-            most = np.minimum(most, self.capacity + (kept_at_high - self.capacity) * over)
+        if kept_at_high is not None and top > c:
+            over = np.clip((r - c) / (top - c), 0.0, 1.0)
+            most = np.minimum(most, c + (kept_at_high - c) * over)
         return float(most.sum() / max(r.sum(), 1e-9))
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from processors.experiments.shedding_live_run import capacity_of, gather_changes, kept_up
+from processors.experiments.shedding_live_run import (
+    capacity_of,
+    gather_changes,
+    judge_latency,
+    kept_up,
+)
 from processors.experiments.shedding_live_setup import (
     Ramp,
     Sent,
@@ -100,6 +105,45 @@ def test_the_feasible_fraction_with_the_kept_rate_measured_at_the_top() -> None:
     assert ramp.feasible_kept_fraction(span, 800.0) == pytest.approx(kept / offered, rel=1e-3)
     plain = ramp.feasible_kept_fraction(span)
     assert ramp.feasible_kept_fraction(span, 1_200.0) == pytest.approx(plain)  # capped at C
+
+
+def test_a_step_kept_up_with_beyond_the_latency_bound_does_not_count_within_it() -> None:
+    """Each step's p99 over its second half, from the results written then: 5 s steps at
+    1,000 / 2,000 / 3,000 / 4,000 records/s, every one kept up with, latency 100 ms at the
+    first two, 700 ms from the third: the capacity within a 500 ms bound is that of the
+    first two, the throughput's is above them all."""
+    start, step_s = 1_000.0, 5.0
+    written, latency = [], []
+    for k, lat in enumerate((100, 100, 700, 700)):
+        at = start + k * step_s + np.linspace(0.1, step_s - 0.1, 200)  # both halves
+        written.append(at * 1000)
+        latency.append(np.full(200, lat))
+    w = np.concatenate(written).astype(np.int64)
+    newer = w - np.concatenate(latency).astype(np.int64)
+    results = {"written_ms": w, "a_ts": newer - 50, "b_ts": newer}  # the newer input counts
+    steps = [{"rate": r, "kept_up": True} for r in (1_000, 2_000, 3_000, 4_000)]
+    steps.append({"rate": 5_000, "kept_up": True})  # no result read back: its backlog judges
+    judge_latency(steps, results, start, step_s, 500)
+    assert [s["p99_latency_ms"] for s in steps[:4]] == pytest.approx([100, 100, 700, 700])
+    assert all(s["latency_n"] == 100 for s in steps[:4])  # the second half only
+    assert [s["within_bound"] for s in steps] == [True, True, False, False, True]
+    assert capacity_of(steps, ok="within_bound") == pytest.approx(np.sqrt(2_000 * 3_000))
+    assert capacity_of(steps) == 5_000
+
+
+def test_the_feasible_fraction_of_the_capacity_within_the_latency_bound() -> None:
+    """The ramp built on C = 1,000; the capacity within the bound 800: at most 800 kept
+    anywhere in the overload (span as before), the top kept rate interpolated from 800."""
+    setup = ShedSetup(low=0.5, high=3.0, steady_s=10, ramp_s=10, top_s=10, tail_s=10)
+    ramp = Ramp(1_000.0, setup)
+    span = ramp.overload()
+    offered = 2 * 8 * 2.0 + 10 * 3.0
+    assert ramp.feasible_kept_fraction(span, capacity=800.0) == pytest.approx(
+        26 * 0.8 / offered, rel=1e-3
+    )
+    assert ramp.feasible_kept_fraction(span, 800.0, capacity=800.0) == pytest.approx(
+        26 * 0.8 / offered, rel=1e-3
+    )  # the top kept rate equal to it: flat
 
 
 def test_the_share_staircase_and_the_judgement_of_a_step() -> None:
