@@ -436,10 +436,10 @@ def test_a_first_cut_no_rise_explains_waits_for_the_next_decision() -> None:
 
 
 def test_the_aim_rises_while_the_latency_leaves_room_under_the_bound() -> None:
-    """The query declared a latency bound; its target utilization stands in for it. Within
-    ROOM_LATENCY of the bound the aim is ROOM_AIM, from HIGH_LATENCY the configured one,
-    linearly between; while work waits, or the latency is over the bound and rising, the
-    drain rules decide instead."""
+    """The query declared a latency bound; its target utilization stands in for it. While
+    shedding, within ROOM_LATENCY of the bound the aim is ROOM_AIM, from HIGH_LATENCY the
+    configured one, linearly between; while work waits, or the latency is over the bound and
+    rising, the drain rules decide instead."""
     from processors.core.cost.shed_policy import ROOM_AIM, with_room
 
     config = ShedConfig(500, target_utilization=0.8)
@@ -450,9 +450,10 @@ def test_the_aim_rises_while_the_latency_leaves_room_under_the_bound() -> None:
     assert with_room(ShedConfig(500, target_utilization=0.97), 0.0) == 0.97  # never lowered
     calm = Signals(need=0.9, bottleneck="w/mjoin", read_per_s=1_000.0, growth_per_s=0.0,
                    backlog=0, latency_ms=150.0, workers=1, backlog_s=0.0)  # fmt: skip
-    assert target(config, calm) == pytest.approx(ROOM_AIM)
+    assert target(config, calm, shedding=True) == pytest.approx(ROOM_AIM)
+    assert target(config, calm) == pytest.approx(0.8)  # shedding starts at the configured aim
     queued = replace(calm, backlog_s=0.2)  # over a quarter of the bound waits: no room
-    assert target(config, queued) == pytest.approx(0.8 - (0.2 - 0.125) / 2.0)
+    assert target(config, queued, True) == pytest.approx(0.8 - (0.2 - 0.125) / 2.0)
     # shedding at 0.5 with the need 0.9 under a 150 ms latency: a raise, by half the gap
     keep, why = next_keep(plan(), [], calm, {"r": 0.5}, config)
     assert keep["r"] == pytest.approx(0.5 * (1 + 0.5 * (ROOM_AIM / 0.9 - 1)))
