@@ -229,7 +229,7 @@ class ShedController:
             measured = replace(measured, rising=self._offered_rising())
         self.last_signals = asdict(measured)
         keep, why = next_keep(self.plan, list(self.records), measured, current, self.config)
-        decided = Decided(rate, measured.need, target(self.config, measured, dropping(current)))
+        decided = Decided(rate, measured.need, target(self.config, measured))
         in_force = self.published if self.published is not None else dict(current)
         if self._unconfirmed(keep, current, measured, now):
             log.info("query %s: a first cut to %s not made yet: the next decision confirms it "

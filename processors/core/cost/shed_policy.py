@@ -8,8 +8,7 @@ force and decides:
    flow between agents; and the work that waits, in seconds of processor.
 2. **The budget.** The cost must shrink (or may grow) by ``scale = aim / need``, where ``aim``
    is the query's target utilization less what draining the waiting work within two seconds
-   takes (unless the shares in force drain it that soon), or more, up to ROOM_AIM, while the
-   output latency leaves room under the bound (:func:`with_room`).
+   takes (unless the shares in force drain it that soon).
 3. **The shares.** The cost model (Ayad & Naughton, Sect. 3) with the statistics measured on
    the stats topic, un-shed (the ingest agents count every record read; RANGE windows are
    divided by the shares they were measured at), places the drop boxes for ``scale`` times
@@ -53,13 +52,6 @@ QUEUE_OK, DRAIN_HORIZON_S, DRAIN_FLOOR = 0.25, 2.0, 0.5
 LEAD_S, MAX_RISING = 2.0, 0.25
 #: shares are cut only on clear evidence (see _overloaded)
 HIGH_LATENCY, HYSTERESIS = 0.8, 1.15
-#: the aim rises from the query's target utilization towards ROOM_AIM while the output latency
-#: leaves room under the bound: all the way at ROOM_LATENCY of the bound or less, none from
-#: HIGH_LATENCY of it, linearly between; never while work waits (QUEUE_OK). The utilization
-#: stands in for the bound, which is what the query declared: at an aim of 0.8 the climb of
-#: the shedding experiment kept 0.80 of the rate the worker keeps within the bound while its
-#: latency stayed at 120-240 ms of the 500 allowed (docs/shedding.md)
-ROOM_AIM, ROOM_LATENCY = 0.95, 0.4  # (while shedding: see target)
 #: between decisions, an offered rate this much above the last decision's is acted on at once;
 #: while shedding, a rise of SHEDDING_RISE already is (a load climbing 7% a second was 20%
 #: above the shares' rate only after 3 s, the shares too high), and a fall of SHEDDING_FALL
@@ -111,14 +103,11 @@ def cut_explained(config: ShedConfig, s: Signals) -> bool:
     return s.rising >= CONFIRM_RISE or s.backlog_s > config.max_latency_ms / 1000
 
 
-def target(config: ShedConfig, s: Signals, shedding: bool = False) -> float:
+def target(config: ShedConfig, s: Signals) -> float:
     """The processor share to aim at: the configured one, less what draining the work that
     waits beyond QUEUE_OK of the bound within DRAIN_HORIZON_S takes (at least DRAIN_FLOOR of
     the configured share) unless the shares in force drain it that soon; otherwise less by
-    DRAIN while the output latency is over the bound and the backlog grows; otherwise, while
-    ``shedding``, more while the latency leaves room (:func:`with_room`). Shedding starts at
-    the configured aim: with the room's, the first cut came at 1.4 x C instead of 1.1 x C in
-    the experiment, and the latency went to 832 ms before it took effect."""
+    DRAIN while the output latency is over the bound and the backlog grows."""
     aim = config.target_utilization
     bound_s = config.max_latency_ms / 1000
     excess = s.backlog_s - QUEUE_OK * bound_s
@@ -127,18 +116,7 @@ def target(config: ShedConfig, s: Signals, shedding: bool = False) -> float:
         aim = max(DRAIN_FLOOR * aim, aim - excess / DRAIN_HORIZON_S)
     elif s.latency_ms > config.max_latency_ms and s.growth_per_s > 0:
         aim *= DRAIN
-    elif shedding and not _queueing(config, s):
-        aim = with_room(config, s.latency_ms)
     return aim
-
-
-def with_room(config: ShedConfig, latency_ms: float) -> float:
-    """The configured aim raised towards ROOM_AIM by the room the output latency leaves under
-    the bound (ROOM_LATENCY of it or less: all the way; HIGH_LATENCY or more: none)."""
-    aim = config.target_utilization
-    low, high = ROOM_LATENCY * config.max_latency_ms, HIGH_LATENCY * config.max_latency_ms
-    room = min(max((high - latency_ms) / (high - low), 0.0), 1.0)
-    return aim + max(ROOM_AIM - aim, 0.0) * room
 
 
 def _capped(
@@ -167,12 +145,11 @@ def next_keep(
     names = [x.name for x in plan.streams]
     # the load goes on rising while the shares travel: meet it LEAD_S ahead
     need = s.need * (1.0 + min(s.rising, MAX_RISING) * LEAD_S)
-    shedding = dropping({n: current.get(n, 1.0) for n in names})
-    aim = target(config, s, shedding)
+    aim = target(config, s)
     if need <= 0:
         return dict(current), "no load measured"
     scale = aim / need
-    if not shedding and scale >= 1.0:
+    if not dropping({n: current.get(n, 1.0) for n in names}) and scale >= 1.0:
         return dict.fromkeys(names, 1.0), "keeping up"
     if scale < 1.0 and not _overloaded(config, s, need, aim):
         return dict(current), "within the bound: shares held"
