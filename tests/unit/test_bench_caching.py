@@ -93,11 +93,17 @@ def test_the_json_has_the_keys() -> None:
     )
     for point in TABLE2:
         fig = res["points"][point]
-        ratio = res[f"cached_vs_mjoin_{point}"]  # None only where no cache is a candidate
-        assert (ratio is None) == (fig["G"] is None)
-        assert ratio is None or ratio > 0
-        for kind in "MX" if fig["G"] is None else "MXG":
+        # the empty subset of caches is the MJoin: P and G are never slower than M
+        assert res[f"cached_vs_mjoin_{point}"] >= 1.0
+        assert res[f"prefix_vs_mjoin_{point}"] >= 1.0
+        assert fig["G"]["tuples_per_s"] >= fig["P"]["tuples_per_s"]
+        assert fig["G"]["holds_caches"] == (fig["G"]["plan"][0] in "PG")
+        for kind in "MXPG":
             assert fig[kind]["tuples_per_s"] > 0 and fig[kind]["plan"]
+        with_caches = res[f"with_caches_vs_mjoin_{point}"]  # None: no cache is a candidate
+        assert (with_caches is None) == (fig["cached"] is None)
+        assert with_caches is None or fig["cached"]["holds_caches"]
+    assert 0 <= res["caches_pay"] <= len(TABLE2)
     assert "cached_vs_xjoin_min" in res and res["budget_bytes"] > 0
     json.dumps(res)
     assert res["cached_vs_mjoin_d1"] is not None and np.isfinite(res["cached_vs_mjoin_d1"])
