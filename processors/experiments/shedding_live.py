@@ -21,6 +21,7 @@ from processors.experiments.shedding_live_run import (
     LiveRun,
     calibrate,
     calibrate_kept,
+    result_latencies,
     run_ramp,
 )
 from processors.experiments.shedding_live_setup import (
@@ -94,10 +95,7 @@ def run_shedding_live(
 
 def latencies(run: LiveRun) -> tuple[np.ndarray, np.ndarray]:
     """(seconds since the ramp's start when written, latency ms) per result."""
-    r = run.results
-    written = r["written_ms"]
-    lat = written - np.maximum(r["a_ts"], r["b_ts"])
-    return written / 1000.0 - run.start_t, lat.astype(np.float64)
+    return result_latencies(run.results, run.start_t)
 
 
 def in_sample(run: LiveRun, setup: ShedSetup) -> tuple[Sent, Sent]:

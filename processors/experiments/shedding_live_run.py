@@ -290,6 +290,16 @@ def staircase(
     return steps
 
 
+def result_latencies(
+    results: dict[str, np.ndarray], start_t: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds since ``start_t`` when written, latency ms) per result: the time it was
+    written (its Kafka timestamp) less the time its newer input was written."""
+    written = results["written_ms"]
+    lat = written - np.maximum(results["a_ts"], results["b_ts"])
+    return written / 1000.0 - start_t, lat.astype(np.float64)
+
+
 #: a calibration's results are read back in this many runs of CHUNK records spread evenly
 #: over the partition (tens of millions are written; a run of them is under a second)
 CALIBRATION_RUNS = 80
@@ -304,8 +314,7 @@ def judge_latency(
     kept up with only by letting results wait longer than the query allows is not one the
     worker can keep under that query's bound. A step with no result read back is judged by
     its backlog alone."""
-    written_s = results["written_ms"] / 1000.0 - start_t
-    lat = results["written_ms"] - np.maximum(results["a_ts"], results["b_ts"])
+    written_s, lat = result_latencies(results, start_t)
     for k, step in enumerate(steps):
         inside = lat[(written_s >= (k + 0.5) * step_s) & (written_s < (k + 1) * step_s)]
         p99 = float(np.percentile(inside, 99)) if len(inside) else None
