@@ -41,6 +41,8 @@ from topics.specs import TopicSpec
 PARTITIONS = 4
 JOIN_WINDOW_MS = 1_000
 WARMUP_S = 1.0
+#: the capacity burst's event time moves this many records a millisecond (all streams)
+BURST_PER_MS = 100
 TICK_S = 0.01
 STILL_S = 4  # seconds without a new result that count as drained (idle timeout 3 s, + 1)
 
@@ -74,6 +76,16 @@ NEWEST = {"filter": ("ts",), "join": ("a_ts", "b_ts", "c_ts"), "groupby": ("newe
 
 def _say(text: str) -> None:
     print(f"[bench] {text}", flush=True)
+
+
+def recurring_keys(rate: float, streams: int) -> int:
+    """How many join keys make a key recur about once per window per stream at ``rate``
+    records/s in all (each arrival then meets about one tuple of each other stream). The
+    capacity burst and the paced records use it alike: with a key about once per stream in
+    the whole burst (until 2026-11-29) a key recurred half as often there, so the 3-way join
+    made about a quarter of the paced phase's results per record, and its capacity was
+    measured on lighter work than the latency it set the rate for."""
+    return max(10, int(rate / streams * JOIN_WINDOW_MS / 1000))
 
 
 def query_text(kind: str, name: str, prefix: str, result: str) -> str:
@@ -241,22 +253,22 @@ def run_one(
         publisher.publish(20_000, now_ms(20_000))  # warm-up: kernels load, the stages start
         publisher.flush()
         _wait_drained(worker, bootstrap, result, publisher.sent)
-        publisher.keys = backlog // len(streams)
         # capacity: a burst published as fast as this process can, to its last result; its
-        # event time moves 100 records a millisecond, and a few later records follow so that
-        # the merges release its end at once rather than after the idle timeout
+        # event time moves BURST_PER_MS records a millisecond, its keys recur as the paced
+        # records' will (the same join results per record), and a few later records follow
+        # so that the merges release its end at once rather than after the idle timeout
+        publisher.keys = recurring_keys(BURST_PER_MS * 1000, len(streams))
         started = time.time()
         t0 = int(started * 1000)
-        publisher.publish(backlog, t0 + np.arange(backlog, dtype=np.int64) // 100)
-        publisher.publish(400, np.full(400, t0 + backlog // 100 + 1, np.int64))
+        publisher.publish(backlog, t0 + np.arange(backlog, dtype=np.int64) // BURST_PER_MS)
+        publisher.publish(400, np.full(400, t0 + backlog // BURST_PER_MS + 1, np.int64))
         publisher.flush()
         _wait_drained(worker, bootstrap, result, publisher.sent)
         _, rows = _results(bootstrap, result, kind, schema, sample=10**9)
-        last = max(t for t, newest in rows if t0 <= newest <= t0 + backlog // 100)
+        last = max(t for t, newest in rows if t0 <= newest <= t0 + backlog // BURST_PER_MS)
         capacity = backlog / max(last / 1000.0 - started, 1e-3)
         rate = rate or capacity / 2
-        # join keys recur about once per window per stream at the offered rate
-        publisher.keys = max(10, int(rate / len(streams) * JOIN_WINDOW_MS / 1000))
+        publisher.keys = recurring_keys(rate, len(streams))
         _say(f"{kind}: capacity {capacity:,.0f} records/s; offering {rate:,.0f}/s for "
              f"{seconds:.0f} s")  # fmt: skip
         before = publisher.sent
