@@ -3,9 +3,9 @@
 For each of three queries (a filter, a 3-way RANGE-window join, a GROUP BY), one worker on the
 embedded broker (or ``STREAMON_BOOTSTRAP``):
 
-1. **capacity**: a backlog of old records is published before the worker starts; capacity is
-   those records over the span of the result records' produce timestamps, first to last (so
-   start-up is left out, as in the other end-to-end benchmarks);
+1. **capacity**: after a warm-up, a burst of records is published as fast as this process
+   can, their keys recurring per window as the paced records' will; capacity is those records
+   over the span from the burst's start to the last result record reflecting it;
 2. **latency**: the same worker then gets records at half that rate for ``seconds``, each
    carrying its publish wall-clock time as its event time. A result's latency is its produce
    timestamp minus the newest input time it reflects: the row's ``ts`` (filter), the largest
