@@ -23,7 +23,9 @@ consumer's gap tracker, so acking the block's event commits the whole run.
   own index, ``{"status": "OK"}``, leaves ``/`` to the worker's plan page);
 - an agent stream's ``channel.queue`` (its buffer of delivered events), ``Message.tracked``,
   ``Consumer.track_message``, ``Event.ack``, ``App.flow_control``, ``App.sensors``, as Faust's
-  stream iterator uses them (:func:`take_waiting`);
+  stream iterator uses them (:func:`take_waiting`), and mode's ``FlowControlQueue``
+  ``_pending_pressure_drop_callbacks``, ``pressure_drop_size`` and
+  ``maybe_endorse_pressure_drop`` (:func:`resume_drained`);
 - ``Consumer.pause_partitions``/``resume_partitions``/``_buffered_partitions``
   (backpressure, :meth:`BulkConsumer.hold_back`; a restore, :meth:`BulkConsumer.hold_for_restore`,
   with ``resume_partitions`` wrapped because Faust's recovery calls it for the whole assignment
@@ -91,7 +93,27 @@ def take_waiting(stream: Any, limit: int) -> list[Any]:
             message.tracked = True
             app.consumer.track_message(message)
         taken.append(event)
+    resume_drained(queue)
     return taken
+
+
+def resume_drained(queue: Any) -> None:
+    """Resume every partition the agent's buffer paused once it holds no more than its
+    pressure-drop size, as its own ``get`` does when it finds the buffer empty.
+
+    mode's ``FlowControlQueue`` pauses a partition whose events arrive while the buffer is
+    over its high mark and resumes one paused partition per ``get_nowait`` at or under the
+    drop size, the rest only at a ``get`` of an empty buffer. Taken in bulk here, a drained
+    buffer left partitions paused while the agent worked on: in a capacity burst of
+    ``bench latency`` eight partitions went unfetched for 1.9 s (docs/benchmarks.md, "The
+    capacity burst on the paced phase's work"). The bound is Faust's still: nothing resumes
+    above the drop size."""
+    pending = queue._pending_pressure_drop_callbacks
+    while pending and queue.qsize() <= queue.pressure_drop_size:
+        before = len(pending)
+        queue.maybe_endorse_pressure_drop()
+        if len(pending) >= before:
+            return
 
 
 def ack_taken(events: Iterable[Any]) -> None:

@@ -16,7 +16,7 @@ __all__ = [
     "BULK_TOPIC", "OTHER_TOPIC", "TESTED_FAUST", "BulkApp", "BulkConsumer", "BulkTransport",
     "ConsumerMessage", "ConsumerRecord", "ConsumerStoppedError", "RecordBlock", "TP",
     "ack_taken", "faust_aiokafka", "faust_base", "faust_consumer", "get_codec", "make_consumer",
-    "no_op", "record", "relied_on", "run", "take_waiting",
+    "no_op", "record", "relied_on", "resume_drained", "run", "take_waiting",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -49,6 +49,7 @@ try:  # a missing module or name must fail loudly, not as a bare collection Impo
         BulkConsumer,
         BulkTransport,
         ack_taken,
+        resume_drained,
         take_waiting,
     )
     from processors.runtime.record_block import RecordBlock

@@ -345,3 +345,23 @@ def test_waiting_events_are_taken_tracked_and_acked_as_the_stream_would(
         assert take_waiting(object(), 5) == []  # not a Faust stream: nothing waits
 
     run(body())
+
+
+def test_a_buffer_drained_in_bulk_resumes_every_partition_it_paused() -> None:
+    """Taken in bulk, a drained buffer resumes all its paused partitions once it holds no more
+    than its drop size (mode itself resumes one per take there); above it, none."""
+    from faust_helpers import resume_drained
+    from test_faust_bulk_contract import _paused_buffer
+
+    async def body() -> None:
+        queue, resumed = _paused_buffer()
+        for _ in range(10):  # 20 left: over the drop size
+            queue.get_nowait()
+        resume_drained(queue)
+        assert resumed == [] and len(queue._pending_pressure_drop_callbacks) == 4
+        for _ in range(10):  # 10 left: two resumed by the takes at 12 and 11
+            queue.get_nowait()
+        resume_drained(queue)
+        assert sorted(resumed) == [0, 1, 2, 3] and not queue._pending_pressure_drop_callbacks
+
+    run(body())
