@@ -16,7 +16,7 @@ __all__ = [
     "BULK_TOPIC", "OTHER_TOPIC", "TESTED_FAUST", "BulkApp", "BulkConsumer", "BulkTransport",
     "ConsumerMessage", "ConsumerRecord", "ConsumerStoppedError", "RecordBlock", "TP",
     "ack_taken", "faust_aiokafka", "faust_base", "faust_consumer", "get_codec", "make_consumer",
-    "no_op", "record", "relied_on", "resume_drained", "run", "take_waiting",
+    "no_op", "paused_buffer", "record", "relied_on", "resume_drained", "run", "take_waiting",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -88,3 +88,17 @@ def make_consumer(
     )
     assert isinstance(consumer, BulkConsumer)
     return app, consumer
+
+
+def paused_buffer(partitions: int = 4, events: int = 30) -> tuple[Any, list[int]]:
+    """An agent's buffer as the conductor fills it: one pressure-drop callback per partition,
+    ``events`` events round the partitions; the partitions resumed are recorded."""
+    from mode.utils.queues import FlowControlEvent, ThrowableQueue
+
+    resumed: list[int] = []
+    drops = [lambda p=p: resumed.append(p) for p in range(partitions)]
+    queue: Any = ThrowableQueue(maxsize=32, flow_control=FlowControlEvent())
+    for i in range(events):
+        queue.put_nowait_enhanced(i, on_pressure_high=lambda: None,
+                                  on_pressure_drop=drops[i % partitions])  # fmt: skip
+    return queue, resumed

@@ -21,8 +21,10 @@ from faust_helpers import (
     faust_aiokafka,
     faust_consumer,
     make_consumer,
+    paused_buffer,
     record,
     relied_on,
+    resume_drained,
     run,
     take_waiting,
 )
@@ -350,11 +352,9 @@ def test_waiting_events_are_taken_tracked_and_acked_as_the_stream_would(
 def test_a_buffer_drained_in_bulk_resumes_every_partition_it_paused() -> None:
     """Taken in bulk, a drained buffer resumes all its paused partitions once it holds no more
     than its drop size (mode itself resumes one per take there); above it, none."""
-    from faust_helpers import resume_drained
-    from test_faust_bulk_contract import _paused_buffer
 
     async def body() -> None:
-        queue, resumed = _paused_buffer()
+        queue, resumed = paused_buffer()
         for _ in range(10):  # 20 left: over the drop size
             queue.get_nowait()
         resume_drained(queue)

@@ -31,6 +31,7 @@ from faust_helpers import (
     get_codec,
     make_consumer,
     no_op,
+    paused_buffer,
     record,
     relied_on,
     run,
@@ -450,20 +451,6 @@ def test_app_new_web_leaves_the_root_path_to_the_worker() -> None:
     assert "/" in paths and not any(p.startswith(("/router", "/table")) for p in paths), paths
 
 
-def _paused_buffer(partitions: int = 4, events: int = 30) -> tuple[Any, list[int]]:
-    """An agent's buffer as the conductor fills it: one pressure-drop callback per partition,
-    ``events`` events round the partitions; the partitions resumed are recorded."""
-    from mode.utils.queues import FlowControlEvent, ThrowableQueue
-
-    resumed: list[int] = []
-    drops = [lambda p=p: resumed.append(p) for p in range(partitions)]
-    queue: Any = ThrowableQueue(maxsize=32, flow_control=FlowControlEvent())
-    for i in range(events):
-        queue.put_nowait_enhanced(i, on_pressure_high=lambda: None,
-                                  on_pressure_drop=drops[i % partitions])  # fmt: skip
-    return queue, resumed
-
-
 def test_the_buffer_resumes_paused_partitions_one_per_take_and_all_when_got_empty() -> None:
     """resume_drained relies on mode's FlowControlQueue: a partition that delivers over the
     high mark (25 of 32) is paused with a pending callback; ``get_nowait`` at or under the drop
@@ -476,7 +463,7 @@ def test_the_buffer_resumes_paused_partitions_one_per_take_and_all_when_got_empt
         assert isinstance(app.FlowControlQueue(maxsize=32), ThrowableQueue), relied_on(
             "App.FlowControlQueue", "no longer gives agents mode's ThrowableQueue"
         )
-        queue, resumed = _paused_buffer()
+        queue, resumed = paused_buffer()
         assert len(queue._pending_pressure_drop_callbacks) == 4, relied_on(
             "FlowControlQueue._pending_pressure_drop_callbacks", "no longer holds paused ones"
         )
