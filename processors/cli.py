@@ -323,6 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-kb", type=float, default=1024.0, help="caching: subresult memory budget"
     )
     bench.add_argument(
+        "--join-cost",
+        choices=("hash", "scan"),
+        default="hash",
+        help="caching: how a join probes a window: its hash index (Table 2's setting, the "
+        "default) or a scan of the window (a nested-loop join, the cost of Fig. 10; "
+        "30,000 arrivals a point unless --records says)",
+    )
+    bench.add_argument(
         "--workloads",
         default=None,
         help="peers: comma-separated subset of filters,join3,netmon,e2e_filters (default: all)",

@@ -8,7 +8,12 @@ how they are built, driven over the same deltas and measured.
   :class:`JoinTreeStage`, its intermediate relations stored;
 - P / G: the MJoin with either set of fixed orders and caches forced at run time
   (``MJoinStage.use_caches``), over non-overlapping subsets of that order's prefix-invariant
-  candidates (P), or of Sect. 6's m = 6 quota with globally-consistent ones (G).
+  candidates (P), or of Sect. 6's m = 6 quota with globally-consistent ones (G); and, for
+  every binary tree, the MJoin with the tree's orders caching what the tree stores
+  (:func:`mirror_plans`, a P plan: the spectrum's XJoin end reached with caches).
+
+Every input's window is probed through its hash index, or with ``join_cost="scan"`` by a scan
+of the window (:func:`with_join_cost`: Fig. 10's nested-loop join at Table 2's points).
 
 Every run's result rows and inserts must equal the A-Greedy MJoin's (exactness first).
 """
@@ -30,6 +35,8 @@ from processors.core.caching.candidates import (
     orders_of,
     prefix_candidates,
     quota,
+    tree_caches,
+    tree_orders,
 )
 from processors.core.join_tree import JoinTree, tree_text
 from processors.core.ordering.config import OrderingConfig
@@ -149,6 +156,28 @@ class Plan:
     detail: str
 
 
+#: how a join probes an input's window: its hash index (Table 2's runs), or a scan of the window
+#: (a nested-loop join, the cost Fig. 10 varies; caches and X's intermediate relations hashed)
+JOIN_COSTS = ("hash", "scan")
+
+
+def with_join_cost(plan: Plan, join_cost: str) -> Plan:
+    """``plan`` whose stages probe every input's window as ``join_cost`` says."""
+    if join_cost not in JOIN_COSTS:
+        raise ValueError(f"bench caching: join cost {join_cost!r} is not one of {JOIN_COSTS}")
+    if join_cost == "hash":
+        return plan
+
+    def make() -> MJoinStage:
+        stage = plan.make()
+        for store in stage.stores:
+            for column in list(store.indexes):
+                store.scan(column)
+        return stage
+
+    return Plan(plan.label, plan.kind, make, plan.detail)
+
+
 def agreedy_plan(names: Sequence[str], seed: int) -> Plan:
     """The MJoin as the paper's M: A-Greedy orders its pipelines."""
     preds = star_predicates(len(names))
@@ -243,4 +272,18 @@ def cache_plans(
         kind = "G" if any(c.kind == "global" for c in subset) else "P"
         text = ", ".join(f"{c.label(names)}" for c in subset)
         plans.append(Plan(f"{kind}[{tag}]/{text}", kind, lambda s=subset: make(s), text))
+    return plans
+
+
+def mirror_plans(names: Sequence[str]) -> list[Plan]:
+    """For every binary join tree, the MJoin with the tree's orders and a cache of every
+    subtree the tree stores (:func:`tree_caches`): the caching plans that can do what each
+    XJoin does, which G's search under A-Greedy's orders never reaches (trend 3 of Sect. 7.3
+    says G is about as good as X; these make it possible here)."""
+    plans = []
+    probe = MJoinStage(names, star_predicates(len(names)), FIXED)
+    for tree in binary_trees(list(names)):
+        orders = tree_orders(tree, names)
+        caches = tree_caches(prefix_candidates(probe.graph, orders).caches, tree, names)
+        plans += cache_plans(names, orders, [caches], f"tree {tree_text(tree)}")
     return plans

@@ -165,6 +165,16 @@ def resolve(stage: MJoinStage, s: CacheSpec) -> Placed:
     )  # fmt: skip
 
 
+def share(placed: Sequence[Placed]) -> list[Placed]:
+    """Caches that hold the same entries (the same inputs, key classes and maintaining set, in
+    any pipeline: Definition 4.1's shared caches, Section 6's alike) use the first one's table:
+    stored and updated once, and an entry made by one pipeline's miss serves the others."""
+    tables: dict[tuple[Any, ...], SubresultCache] = {}
+    for c in placed:
+        c.cache = tables.setdefault((c.rels, c.classes, c.maintained), c.cache)
+    return list(placed)
+
+
 def index(
     placed: Sequence[Placed],
 ) -> tuple[dict[tuple[int, int], Placed], dict[tuple[int, int], list[Placed]]]:
@@ -183,7 +193,9 @@ def index(
                       and d.spec.start < c.update_at <= d.spec.end]  # fmt: skip
             if inside:
                 raise ValueError(f"the changes of {c.name} are inside cache {inside[0].name}")
-            feeds.setdefault((x, c.update_at), []).append(c)
+            fed = feeds.setdefault((x, c.update_at), [])
+            if not any(d.cache is c.cache for d in fed):  # a shared table is updated once
+                fed.append(c)
     return segments, feeds
 
 

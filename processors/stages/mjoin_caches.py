@@ -39,7 +39,9 @@ A globally-consistent entry holds X's combinations that existed when it was crea
 the rest of M since: a superset of those that join every other input, a subset of X's join
 (Definition 6.1), so the probes after the segment give exact results. Existence-only probes
 inside a segment bind (a cached value is a set of complete combinations); a feeding pipeline
-expands its existence-only inputs of X on a copy of its intermediate results. Caches are
+binds its existence-only inputs of X in its intermediate results at the update point, so the
+output generation does not bind them again (on a copy, each was bound twice: with probes that
+scan their window, Fig. 10's setting, that made the caches cost more than they saved). Caches are
 dropped when their pipeline's join order changes (Section 4.5, step 5) or when another
 pipeline's new order changes their maintenance; every placement and drop is reported like a
 join-order change. Caches are not part of snapshots: after a restore they start empty and are
@@ -48,7 +50,6 @@ filled again by the following deltas.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -65,6 +66,7 @@ from processors.stages.mjoin_cache_plan import (
     Placed,
     index,
     resolve,
+    share,
     spec_of,
     still_valid,
 )
@@ -100,7 +102,7 @@ class MJoinCaches:
         """Use exactly these caches from now on, empty (ValueError if one is not allowed)."""
         if specs and not stage.supports_caches:
             raise ValueError(f"{stage.name}: a {stage.kind} stage does not run caches")
-        placed = [resolve(stage, spec_of(stage, s)) for s in specs]
+        placed = share([resolve(stage, spec_of(stage, s)) for s in specs])
         try:
             self._segments, self._feeds = index(placed)
         except ValueError as exc:
@@ -120,7 +122,7 @@ class MJoinCaches:
         and their entries; (the added, by tag) and (the refused, by tag, with why)."""
         for c in drop:
             if c in self.placed:
-                self.placed.remove(c)
+                self._remove(c)
                 self._record(stage, c, "drop", why)
         added, refused = [], []
         for tag, spec in add:
@@ -130,6 +132,7 @@ class MJoinCaches:
             except ValueError as exc:
                 refused.append((tag, str(exc)))
                 continue
+            share([*self.placed, c])  # a table another cache holds already: its entries too
             self.placed.append(c)
             added.append((tag, c))
             self._record(stage, c, "add", why)
@@ -137,9 +140,18 @@ class MJoinCaches:
         return added, refused
 
     def _drop(self, stage: MJoinStage, c: Placed, why: str) -> None:
-        self.placed.remove(c)
+        self._remove(c)
         self._segments, self._feeds = index(self.placed)
         self._record(stage, c, "drop", why)
+
+    def _remove(self, c: Placed) -> None:
+        """Take ``c`` out; a cache sharing its table takes over the epoch's pending deletes
+        (else they would be lost with ``c`` and the table keep dead tuples' slots)."""
+        self.placed.remove(c)
+        heir = next((d for d in self.placed if d.cache is c.cache), None)
+        if heir is not None:
+            heir.pending += c.pending
+        c.pending = []
 
     def _record(self, stage: MJoinStage, c: Placed, action: str, why: str) -> None:
         i = c.spec.pipeline
@@ -220,8 +232,11 @@ class MJoinCaches:
         for the combinations with a dying tuple (globally consistent ones, whose feeders see
         only the combinations that join the rest of M)."""
         self._epoch_parts = ((), ())  # the epoch's deltas are not kept past it
+        swept: set[int] = set()
         for c in self.placed:
-            if c.is_global and any(stage.stores[x].dying for x in c.rels):
+            dying = any(stage.stores[x].dying for x in c.rels)
+            if c.is_global and dying and id(c.cache) not in swept:
+                swept.add(id(c.cache))
                 c.cache.sweep(self._lifetimes(stage, c)[1])
             if c.pending:
                 keys, slots, borns = (np.concatenate(p) for p in zip(*c.pending, strict=True))
@@ -229,6 +244,13 @@ class MJoinCaches:
                 c.pending = []
         if self.adaptive is not None:
             self.adaptive.tick(stage)
+
+    def _epoch_first(self) -> int:
+        """The least sequence number of this epoch: an entry made now holds every combination
+        alive at some number from it on, so it answers every delta of the epoch, whichever
+        pipeline (of those sharing the cache) probes it first."""
+        gens = [g for g in self._epoch_parts[1] if len(g)]
+        return min((int(g.min()) for g in gens), default=0)
 
     def _fresh_below(self, c: Placed) -> int:
         first = self._first_inserts()
@@ -272,8 +294,7 @@ class MJoinCaches:
         if len(miss):
             uniq, owner = _unique_rows(keys[miss])
             computed = miss[np.unique(owner, return_index=True)[1]]
-            first = np.full(len(uniq), NEVER, np.int64)
-            np.minimum.at(first, owner, g[miss])
+            first = np.full(len(uniq), self._epoch_first(), np.int64)
             t1 = time.perf_counter_ns()
             which, made = self._segment(stage, c, uniq, first)
             spent = time.perf_counter_ns() - t1
@@ -352,15 +373,11 @@ class MJoinCaches:
                 return
             pipe = stage.pipelines[i]
             entity = {inp: e for e, inp in enumerate(pipe.inputs)}
-            side = run
-            unbound = [entity[x] for x in c.rels if x != i and entity[x] not in run.bound]
-            if unbound:  # existence-only probes so far: bind them on a copy
-                side = copy.copy(run)
-                side.bound = dict(run.bound)
-                for e in unbound:
-                    stage._probe(pipe, delta, gen, side, e, bind=True)
+            for x in c.rels:  # existence-only probes so far: bound here, once, for the output too
+                if x != i and entity[x] not in run.bound:
+                    stage._probe(pipe, delta, gen, run, entity[x], bind=True)
             combos = np.stack(
-                [slots[side.origin] if x == i else side.bound[entity[x]] for x in c.rels], axis=1
+                [slots[run.origin] if x == i else run.bound[entity[x]] for x in c.rels], axis=1
             )
             borns = np.stack([stage.stores[x].born[combos[:, n]] for n, x in enumerate(c.rels)],
                              axis=1)  # fmt: skip
@@ -368,7 +385,7 @@ class MJoinCaches:
                 [stage.stores[c.rels[n]].keys(col, combos[:, n]) for n, col in c.update_keys],
                 axis=1,
             )
-            ins = delta.sign[side.origin] == INSERT
+            ins = delta.sign[run.origin] == INSERT
             c.cache.insert(keys[ins], combos[ins], borns[ins], self.epoch, unique=c.is_global)
             if not ins.all() and not c.is_global:
                 c.pending.append((keys[~ins], combos[~ins], borns[~ins]))
@@ -390,11 +407,13 @@ class MJoinCaches:
     # -- reporting ----------------------------------------------------------------------------
     def invalid_refs(self, stage: MJoinStage) -> int:
         """Cached references to freed or reused slots over all caches (tests: always 0)."""
-        return sum(c.cache.invalid_refs(self._lifetimes(stage, c)[0]) for c in self.placed)
+        tables = {id(c.cache): c for c in self.placed}.values()
+        return sum(c.cache.invalid_refs(self._lifetimes(stage, c)[0]) for c in tables)
 
     @property
     def nbytes(self) -> int:
-        return sum(c.cache.nbytes for c in self.placed)
+        """The tables' bytes, each shared table once."""
+        return sum({id(c.cache): c.cache.nbytes for c in self.placed}.values())
 
     def stats(self, stage: MJoinStage | None = None) -> dict[str, Any]:
         out = {

@@ -27,8 +27,10 @@ from processors.bench.caching_plans import (
     drive,
     fixed_plan,
     learned_orders,
+    mirror_plans,
     time_chunks,
     tree_plans,
+    with_join_cost,
 )
 from processors.stages.mjoin_stage import MJoinStage
 
@@ -63,8 +65,10 @@ def _rows(stage: MJoinStage, chunks: list) -> Counter:
     return got
 
 
-@pytest.mark.parametrize("point", ["d1", "d3", "d5"])
-def test_every_plan_gives_the_mjoins_results(point: str) -> None:
+@pytest.mark.parametrize(
+    ("point", "join_cost"), [("d1", "hash"), ("d3", "hash"), ("d5", "hash"), ("d3", "scan")]
+)
+def test_every_plan_gives_the_mjoins_results(point: str, join_cost: str) -> None:
     inputs, sets, sizes = point_inputs(point, 3_000, 20, seed=3)
     chunks = time_chunks(inputs, 256)
     names = list(NAMES)
@@ -73,12 +77,13 @@ def test_every_plan_gives_the_mjoins_results(point: str) -> None:
     ref = drive(stage, chunks)
     assert ref.results > 0 and ref.inserts < ref.results  # joins and deletes both happen
     expected = _rows(agreedy.make(), chunks)
-    plans = [agreedy, *tree_plans(names)]
+    plans = [agreedy, *tree_plans(names), *mirror_plans(names)]
     for tag, orders in (("learned", learned_orders(stage)), ("static", static_orders(sets, sizes))):
         fixed = fixed_plan(names, orders, tag)
         _, quota_m = cache_candidates(fixed.make(), orders)
         plans += [fixed, *cache_plans(names, orders, cache_subsets(quota_m), tag)]
     assert any(p.kind == "P" for p in plans)
+    plans = [with_join_cost(p, join_cost) for p in plans]
     for plan in plans:
         run = drive(plan.make(), chunks)
         assert (run.results, run.inserts) == (ref.results, ref.inserts), plan.label
@@ -107,3 +112,30 @@ def test_the_json_has_the_keys() -> None:
     assert "cached_vs_xjoin_min" in res and res["budget_bytes"] > 0
     json.dumps(res)
     assert res["cached_vs_mjoin_d1"] is not None and np.isfinite(res["cached_vs_mjoin_d1"])
+
+
+def test_mirror_plans_cache_what_each_tree_stores() -> None:
+    """One caching plan per binary tree; ((R, S), (T, U)) caches both pairs' joins, each in
+    the two pipelines that probe it, as the XJoin probes its two intermediate relations."""
+    plans = mirror_plans(list(NAMES))
+    assert len(plans) == 15 and all(p.kind == "P" for p in plans)
+    bushy = next(p for p in plans if "tree (R, S), (T, U)]" in p.label)
+    assert bushy.detail == (
+        "ΔR: [T ⋈ U] on c0, ΔS: [T ⋈ U] on c0, ΔT: [R ⋈ S] on c0, ΔU: [R ⋈ S] on c0"
+    )
+    stage = with_join_cost(bushy, "scan").make()
+    assert len(stage.caches.placed) == 4
+    assert all(type(ix).__name__ == "ScanIndex" for s in stage.stores for ix in s.indexes.values())
+    with pytest.raises(ValueError, match="join cost"):
+        with_join_cost(bushy, "sort")
+
+
+def test_caching_plans_over_the_budget_are_not_chosen() -> None:
+    """A budget of one byte: no plan holding a cache may be P's or G's best (G is the MJoin)."""
+    res = run_caching_bench(
+        ["d1"], tuples=2_000, budget_bytes=1, window=10, per_chunk=256, finalists=1, rounds=1
+    )
+    fig = res["points"]["d1"]
+    assert fig["plans_over_budget"] and fig["cached"] is None
+    assert not fig["G"]["holds_caches"] and not fig["P"]["holds_caches"]
+    assert res["cached_vs_mjoin_d1"] == 1.0

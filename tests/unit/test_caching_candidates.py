@@ -17,7 +17,10 @@ from processors.core.caching.candidates import (
     prefix_invariant,
     quota,
     smallest_invariant_superset,
+    tree_caches,
+    tree_orders,
 )
+from processors.core.join_tree import JoinTree, leaves
 from processors.core.joins.graph import JoinGraph
 
 
@@ -210,3 +213,60 @@ def test_candidates_match_brute_force(orders: list[tuple[int, ...]]) -> None:
         assert not [s for s in sets if c.members <= s and len(s) < len(sup)]
         assert smallest_invariant_superset(c.members, orders) == sup
     assert len(gc) + len(cs.caches) == n * (n - 2) * (n - 1) // 2
+
+
+def test_tree_orders_and_caches_of_a_bushy_tree() -> None:
+    """((R1, R2), (R3, R4)): each pipeline probes its sibling, then the other pair, whose join
+    the XJoin stores and the MJoin caches (shared by the pair's two pipelines)."""
+    names4 = ["R1", "R2", "R3", "R4"]
+    tree = (("R1", "R2"), ("R3", "R4"))
+    orders = tree_orders(tree, names4)
+    assert list(orders) == pipelines("R2 R3 R4", "R1 R3 R4", "R4 R1 R2", "R3 R1 R2")
+    caches = tree_caches(prefix_candidates(equijoin(4), orders).caches, tree, names4)
+    assert {(c.pipeline, c.start, c.end, c.members) for c in caches} == {
+        (R["R1"], 1, 2, names("R3", "R4")),
+        (R["R2"], 1, 2, names("R3", "R4")),
+        (R["R3"], 1, 2, names("R1", "R2")),
+        (R["R4"], 1, 2, names("R1", "R2")),
+    }
+
+
+@st.composite
+def random_trees(draw: st.DrawFn) -> JoinTree:
+    n = draw(st.integers(2, 6))
+    order = draw(st.permutations([f"R{k}" for k in range(1, n + 1)]))
+
+    def split(xs: list[str]) -> JoinTree:
+        if len(xs) == 1:
+            return xs[0]
+        cut = draw(st.integers(1, len(xs) - 1))
+        return (split(xs[:cut]), split(xs[cut:]))
+
+    return split(list(order))
+
+
+@settings(max_examples=100, deadline=None)
+@given(random_trees())
+def test_tree_caches_are_the_trees_subtrees(tree: JoinTree) -> None:
+    """Under a tree's orders, every subtree of two or more inputs that a leaf meets on its way
+    up is a prefix-invariant candidate in that leaf's pipeline, placed where it is probed."""
+    names_n = sorted(leaves(tree), key=lambda x: int(x[1:]))
+    orders = tree_orders(tree, names_n)
+    caches = tree_caches(prefix_candidates(equijoin(len(names_n)), orders).caches, tree, names_n)
+    want = set()
+
+    def walk(t: JoinTree, siblings: list[JoinTree]) -> None:
+        if isinstance(t, str):
+            at = 0
+            for s in reversed(siblings):
+                members = frozenset(R[x] for x in leaves(s))
+                if len(members) > 1:
+                    want.add((R[t], at, at + len(members) - 1, members))
+                at += len(members)
+            return
+        walk(t[0], [*siblings, t[1]])
+        walk(t[1], [*siblings, t[0]])
+
+    walk(tree, [])
+    assert {(c.pipeline, c.start, c.end, c.members) for c in caches} == want
+    assert all(c.kind == "prefix" for c in caches)

@@ -15,7 +15,12 @@ from test_mjoin_cache_differential import FIXED, candidates, feed, non_overlappi
 from test_mjoin_differential import _diff, oracle_deltas, predicates, random_window, raw_stream
 
 from processors.core.batch import Batch, VarColumn
-from processors.core.caching.candidates import orders_of, prefix_candidates
+from processors.core.caching.candidates import (
+    orders_of,
+    prefix_candidates,
+    tree_caches,
+    tree_orders,
+)
 from processors.core.join_tree import JoinTree
 from processors.core.ordering.config import OrderingConfig
 from processors.core.ordering.reoptimizers import make_reoptimizer
@@ -267,3 +272,35 @@ def test_longer_streams_reuse_slots_under_caches(graph: str, n: int) -> None:
         assert join.caches.invalid_refs(join) == 0
         assert all(c.cache.unlinked == 0 for c in join.caches.placed)
         assert sum(c.cache.hits for c in join.caches.placed) > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_caches_with_the_same_entries_share_one_table(seed: int) -> None:
+    """((s0, s1), (s2, s3)) as caches: s0's and s1's pipelines both cache s2 ⋈ s3, s2's and
+    s3's s0 ⋈ s1 (Def. 4.1's sharing): two tables, updated once, an entry made by one
+    pipeline's miss hit by the other's; exact against the oracle over windows with deletes,
+    and no reference outlives its tuple."""
+    n, names4 = 4, [f"s{i}" for i in range(4)]
+    preds = predicates("natural", n)
+    rng = np.random.default_rng(seed)
+    streams = [raw_stream(rng, 300, 4) for _ in range(n)]
+    for s in streams:
+        s["ts"] = np.sort(rng.integers(0, 1500, 300)).astype(np.int64)
+    windows: list[Window | None] = [Window("x", "rows", 10), Window("x", "range", 50),
+                                    Window("x", "rows", 6), Window("x", "range", 30)]  # fmt: skip
+    tree = (("s0", "s1"), ("s2", "s3"))
+    join = stage(preds, n)
+    orders = tree_orders(tree, names4)
+    for i in range(n):
+        order_of(join, i, list(orders[i]))
+    join.use_caches(list(tree_caches(prefix_candidates(join.graph, orders).caches, tree, names4)))
+    placed = join.caches.placed
+    assert len(placed) == 4 and len({id(c.cache) for c in placed}) == 2
+    assert join.caches.nbytes == sum({id(c.cache): c.cache.nbytes for c in placed}.values())
+    got, join = feed(streams, windows, join, rng, 0.3)
+    expected = naive_join([oracle_deltas(s, w) for s, w in zip(streams, windows, strict=True)],
+                          preds)  # fmt: skip
+    assert counted(got, n) == expected, _diff(counted(got, n), expected)
+    assert join.caches.invalid_refs(join) == 0
+    stats = join.stats()["caches"]
+    assert stats["s0:1-2[s2,s3]"] == stats["s1:1-2[s2,s3]"] and stats["s0:1-2[s2,s3]"]["hits"] > 0

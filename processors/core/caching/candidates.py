@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from processors.core.join_tree import JoinTree, leaves
 from processors.core.joins.graph import JoinGraph, Pipeline, Side
 
 Orders = Sequence[Sequence[int]]
@@ -310,3 +311,42 @@ def selection_candidates(
 def groups_of(caches: Sequence[Candidate]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
     """Shared groups (Def. 4.1 and equal X, Y for Sect. 6) of any list of candidates."""
     return _groups(caches)
+
+
+def tree_orders(tree: JoinTree, names: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """The pipeline orders under which an MJoin's caches can hold what the binary join tree
+    ``tree`` stores (the spectrum between MJoin and XJoin, Sects. 1 and 6): each input's
+    pipeline probes, from its leaf up, the inputs of each sibling subtree in turn."""
+    index = {name: i for i, name in enumerate(names)}
+    orders: dict[int, tuple[int, ...]] = {}
+
+    def walk(t: JoinTree, siblings: list[JoinTree]) -> None:
+        if isinstance(t, str):
+            orders[index[t]] = tuple(index[x] for s in reversed(siblings) for x in leaves(s))
+            return
+        walk(t[0], [*siblings, t[1]])
+        walk(t[1], [*siblings, t[0]])
+
+    walk(tree, [])
+    return tuple(orders[i] for i in range(len(names)))
+
+
+def tree_caches(
+    candidates: Sequence[Candidate], tree: JoinTree, names: Sequence[str]
+) -> tuple[Candidate, ...]:
+    """Of the prefix-invariant ``candidates`` under :func:`tree_orders` of ``tree``, the caches
+    of each sibling subtree of two or more inputs: with them the MJoin keeps every intermediate
+    result the tree stores, each where the tree probes it."""
+    index = {name: i for i, name in enumerate(names)}
+    wanted: set[tuple[int, frozenset[int]]] = set()
+
+    def walk(t: JoinTree, siblings: list[JoinTree]) -> None:
+        if isinstance(t, str):
+            wanted.update((index[t], frozenset(index[x] for x in leaves(s)))
+                          for s in siblings if not isinstance(s, str))  # fmt: skip
+            return
+        walk(t[0], [*siblings, t[1]])
+        walk(t[1], [*siblings, t[0]])
+
+    walk(tree, [])
+    return tuple(c for c in candidates if (c.pipeline, c.members) in wanted)
