@@ -26,10 +26,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         from processors.bench.caching_data import TABLE2
 
         points = args.points.split(",") if getattr(args, "points", None) else list(TABLE2)
-        join_cost = getattr(args, "join_cost", "hash")
+        join_cost = getattr(args, "join_cost", "scan")
         return run_caching_bench(
             points,
-            tuples=args.records or (400_000 if join_cost == "hash" else 30_000),
+            tuples=args.records,
             budget_bytes=int(getattr(args, "budget_kb", 1024.0) * 1024),
             join_cost=join_cost,
         )

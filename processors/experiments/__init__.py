@@ -16,6 +16,7 @@ from typing import Any
 def _registries() -> list[tuple[dict[str, Callable[[Path, float, int], list[Path]]], Any]]:
     """(EXPERIMENTS, run_experiment) of each experiment module."""
     from processors.experiments import (
+        acache_fig11,
         acache_fig12,
         acache_joins,
         acache_memory,
@@ -27,6 +28,7 @@ def _registries() -> list[tuple[dict[str, Callable[[Path, float, int], list[Path
     )
 
     return [
+        (acache_fig11.EXPERIMENTS, acache_fig11.run_experiment),
         (acache_fig12.EXPERIMENTS, acache_fig12.run_experiment),
         (acache_joins.EXPERIMENTS, acache_joins.run_experiment),
         (acache_memory.EXPERIMENTS, acache_memory.run_experiment),

@@ -172,3 +172,29 @@ def stacked_bars(
         )
     ax.legend(fontsize=7)
     return save(fig, path)
+
+
+def grouped_bars(
+    path: Path,
+    title: str,
+    ylabel: str,
+    groups: Sequence[str],
+    series: Mapping[str, Sequence[float | None]],
+    group_label: str = "",
+    reference: float | None = None,
+) -> Path:
+    """For each group, one bar per series (``None``: no bar), with a dashed line at
+    ``reference`` if given (e.g. 1.0 on a graph relative to a baseline)."""
+    fig, ax = figure(title, group_label, ylabel, size=(7.0, 4.0))
+    width = 0.8 / max(len(series), 1)
+    for b, (label, values) in enumerate(series.items()):
+        xs = [i + (b - (len(series) - 1) / 2) * width for i in range(len(groups))]
+        points = [(x, v) for x, v in zip(xs, values, strict=True) if v is not None]
+        if points:
+            ax.bar([x for x, _ in points], [v for _, v in points], width * 0.95, label=label)
+    if reference is not None:
+        ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups)
+    ax.legend(fontsize=7)
+    return save(fig, path)

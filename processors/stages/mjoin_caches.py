@@ -19,9 +19,10 @@ with ``born < g < died`` (:mod:`processors.stages.mjoin_stage`). Caches keep tha
   combinations of the entry whose tuples are all alive at ``g``, so one entry answers deltas
   of any sequence number, and deletes need no immediate maintenance;
 - an entry is created from the windows as they are during the epoch, with every combination
-  of X that is alive at some number from its first probing delta on (not only at that delta),
-  so it already holds every combination with a tuple inserted in this epoch: an entry
-  remembers its epoch and this epoch's inserts do not reach it (they would be there twice);
+  of X that is alive at some number of the epoch (not only at its probing delta's), so it
+  answers every delta of the epoch, from whichever pipeline sharing the cache, and already
+  holds every combination with a tuple inserted in this epoch: an entry remembers its epoch
+  and this epoch's inserts do not reach it (they would be there twice);
 - an entry of an earlier epoch misses the combinations of this epoch's inserts until their
   pipelines have run; it answers only deltas numbered below the first insert of an input of M
   whose pipeline has not run yet (else the probe counts as a miss and the entry is computed
@@ -34,6 +35,11 @@ with ``born < g < died`` (:mod:`processors.stages.mjoin_stage`). Caches keep tha
   So no reference to a freed slot survives into the next epoch, where the slot may be reused.
   References carry ``born``, so a reference that did survive would be recognised and skipped
   (``unlinked`` in the stats, 0 when maintenance is exact).
+
+Caches that hold the same entries (the same inputs, key classes and maintaining set, in
+different pipelines: Definition 4.1's sharing) use one table (:func:`.mjoin_cache_plan.share`):
+it is updated once per change, counted once against the memory, and a cache dropped while its
+table lives on hands the epoch's pending deletes to a cache that keeps it.
 
 A globally-consistent entry holds X's combinations that existed when it was created or joined
 the rest of M since: a superset of those that join every other input, a subset of X's join

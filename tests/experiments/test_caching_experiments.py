@@ -50,3 +50,23 @@ def test_fig12_writes_its_timeline_and_every_plan_agrees(name: str, tmp_path: Pa
     assert all(float(r[k]) > 0 for r in rows for k in ("T(RS)", "R(TS)", "mjoin", "adaptive"))
     notes = paths[0].read_text()
     assert "result inserts from every plan" in notes and "adaptive cache changes" in notes
+
+
+def test_fig11_writes_every_plan_relative_to_the_mjoin(tmp_path: Path) -> None:
+    """Fig. 11's CSV from a tiny bench run (both join costs): one row per point, each plan's
+    rate over M's as the rates say, G never below M (the empty subset is searched)."""
+    from processors.bench.caching import run_caching_bench
+    from processors.experiments.acache_fig11 import EXPERIMENTS as FIG11
+    from processors.experiments.acache_fig11 import write_fig11
+
+    assert {"acache-fig11", "acache-fig11-paper"} <= set(all_experiments()) and len(FIG11) == 2
+    for cost in ("scan", "hash"):
+        res = run_caching_bench(["d1", "d7"], tuples=2_000, window=10, per_chunk=256,
+                                finalists=1, rounds=1, join_cost=cost)  # fmt: skip
+        paths = write_fig11(tmp_path / cost, "fig11", res, seed=1)
+        assert [p.suffix for p in paths] == [".csv", ".png"] and paths[1].stat().st_size > 0
+        rows = read_csv(paths[0])
+        assert [r["point"] for r in rows] == ["D1", "D7"]
+        for r in rows:
+            assert float(r["G_over_M"]) == pytest.approx(float(r["G"]) / float(r["M"]), rel=1e-5)
+            assert float(r["G_over_M"]) >= 1.0
