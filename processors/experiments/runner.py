@@ -15,7 +15,11 @@ Experiment = Callable[[Path, float, int], list[Path]]
 Runner = Callable[..., list[Path]]
 
 # stages log every order change at INFO; experiments make thousands of them
-QUIET_LOGS = ("processors.stages.filter_stage", "processors.stages.mjoin_stage")
+QUIET_LOGS = (
+    "processors.stages.filter_stage",
+    "processors.stages.mjoin_stage",
+    "processors.stages.mjoin_caches",
+)
 
 
 def run_named(

@@ -313,21 +313,30 @@ def groups_of(caches: Sequence[Candidate]) -> tuple[tuple[tuple[int, ...], ...],
     return _groups(caches)
 
 
-def tree_orders(tree: JoinTree, names: Sequence[str]) -> tuple[tuple[int, ...], ...]:
-    """The pipeline orders under which an MJoin's caches can hold what the binary join tree
-    ``tree`` stores (the spectrum between MJoin and XJoin, Sects. 1 and 6): each input's
-    pipeline probes, from its leaf up, the inputs of each sibling subtree in turn."""
-    index = {name: i for i, name in enumerate(names)}
-    orders: dict[int, tuple[int, ...]] = {}
+def _leaf_paths(tree: JoinTree) -> list[tuple[str, list[JoinTree]]]:
+    """Each leaf of ``tree`` with the sibling subtrees it meets on its way up to the root."""
+    out: list[tuple[str, list[JoinTree]]] = []
 
     def walk(t: JoinTree, siblings: list[JoinTree]) -> None:
         if isinstance(t, str):
-            orders[index[t]] = tuple(index[x] for s in reversed(siblings) for x in leaves(s))
+            out.append((t, siblings[::-1]))
             return
         walk(t[0], [*siblings, t[1]])
         walk(t[1], [*siblings, t[0]])
 
     walk(tree, [])
+    return out
+
+
+def tree_orders(tree: JoinTree, names: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """The pipeline orders under which an MJoin's caches can hold what the binary join tree
+    ``tree`` stores (the spectrum between MJoin and XJoin, Sects. 1 and 6): each input's
+    pipeline probes, from its leaf up, the inputs of each sibling subtree in turn."""
+    index = {name: i for i, name in enumerate(names)}
+    orders = {
+        index[leaf]: tuple(index[x] for s in siblings for x in leaves(s))
+        for leaf, siblings in _leaf_paths(tree)
+    }
     return tuple(orders[i] for i in range(len(names)))
 
 
@@ -338,15 +347,10 @@ def tree_caches(
     of each sibling subtree of two or more inputs: with them the MJoin keeps every intermediate
     result the tree stores, each where the tree probes it."""
     index = {name: i for i, name in enumerate(names)}
-    wanted: set[tuple[int, frozenset[int]]] = set()
-
-    def walk(t: JoinTree, siblings: list[JoinTree]) -> None:
-        if isinstance(t, str):
-            wanted.update((index[t], frozenset(index[x] for x in leaves(s)))
-                          for s in siblings if not isinstance(s, str))  # fmt: skip
-            return
-        walk(t[0], [*siblings, t[1]])
-        walk(t[1], [*siblings, t[0]])
-
-    walk(tree, [])
+    wanted = {
+        (index[leaf], frozenset(index[x] for x in leaves(s)))
+        for leaf, siblings in _leaf_paths(tree)
+        for s in siblings
+        if not isinstance(s, str)
+    }
     return tuple(c for c in candidates if (c.pipeline, c.members) in wanted)
