@@ -38,6 +38,11 @@ class StageChain:
             self._at = batch.meta["at"]
         return self._label(self._run(0, [batch]) + self._advance())
 
+    def release_first(self) -> list[Batch]:
+        """What the first stage releases now, through the stages after it: the input it
+        buffered while deferring (:attr:`processors.stages.mjoin_stage.MJoinStage.deferring`)."""
+        return self._label(self._run(1, [b for b in self.stages[0].release() if len(b)]))
+
     def feed(self, stream: str, batch: Batch) -> None:
         """:meth:`push`, its output kept for :meth:`drain` (an agent feeds a turn's
         envelopes, then drains once: :class:`processors.physical.joined.JoinedChain`)."""

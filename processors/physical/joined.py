@@ -79,22 +79,33 @@ class JoinedChain:
 
     def drain(self) -> list[Batch]:
         """What the fed batches make the join output: each stream's deltas since the last
-        drain as one batch per layout, then the stream's event-time news. An agent feeds a
-        turn's envelopes and drains once, so the MJoin's per-call cost is paid once a turn.
+        drain as one batch per layout, then the stream's event-time news, all buffered by the
+        MJoin and joined in one epoch. An agent feeds a turn's envelopes and drains once, so
+        the MJoin's per-call cost is paid once a turn, not once per run of one stream.
         Deltas the join refuses as data (``ValueError``, its state unchanged) are kept for
         :meth:`take_dead_letters` with the reason; the others go on."""
         self._close_last()
         fed, self._fed = self._fed, []
+        if not fed:
+            return []
+        head = self.join.stages[0] if self.join.stages else None
+        mjoin = head if isinstance(head, MJoinStage) else None
         out: list[Batch] = []
-        for entry in fed:
-            for delta in entry.deltas:
-                try:
-                    out += self.join.push(entry.stream, delta)
-                except ValueError as exc:
-                    self._refused.append((delta, f"{self.step}: {exc}"))
-            if entry.news is not None:
-                out += self.join.push(entry.stream, entry.news)
-        return out
+        if mjoin is not None:  # every run buffered, then one epoch for all of them
+            mjoin.deferring = True
+        try:
+            for entry in fed:
+                for delta in entry.deltas:
+                    try:
+                        out += self.join.push(entry.stream, delta)
+                    except ValueError as exc:
+                        self._refused.append((delta, f"{self.step}: {exc}"))
+                if entry.news is not None:
+                    out += self.join.push(entry.stream, entry.news)
+        finally:
+            if mjoin is not None:
+                mjoin.deferring = False
+        return out if mjoin is None else out + self.join.release_first()
 
     def _close_last(self) -> None:
         """The last run of one stream's deltas is complete: coalesce it and take the stream's

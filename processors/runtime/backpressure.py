@@ -124,14 +124,11 @@ class MemoryLimit:
         if now - self._checked < CHECK_EVERY_S:
             return
         self._checked = now
-        held = 0
-        waiting: dict[tuple[str, str, int], int] = {}
-        for agent, w in self.watched.items():
-            for p, unit in list(w.units.held.items()):
-                held += unit.unit.held_bytes()
-                for stream, nbytes in unit.unit.waiting_bytes().items():
-                    if nbytes and stream in w.topics:
-                        waiting[(agent, stream, p)] = nbytes
+        held = sum(
+            unit.unit.held_bytes()
+            for w in self.watched.values()
+            for unit in list(w.units.held.values())
+        )
         self.held_bytes = held
         if self.resident is not None:
             rss = self.resident()
@@ -142,6 +139,9 @@ class MemoryLimit:
             # the first RSS_FLOOR of it (start-up's own: kernels, connections, first fetches)
             if self.rss_growth_bytes > RSS_FLOOR:
                 held = max(held, int(self.rss_growth_bytes / RSS_SHARE))
+        if held <= self.limit_bytes and not self.paused:
+            return  # nothing to pause or let go: what waits where is not needed (a scan)
+        waiting = self._waiting()
         if held > self.limit_bytes:
             fresh = sorted(set(waiting) - self.paused)
             if fresh:
@@ -157,6 +157,16 @@ class MemoryLimit:
         )
         if let_go:
             self._release(let_go, held)
+
+    def _waiting(self) -> dict[tuple[str, str, int], int]:
+        """(agent, stream, partition) -> the bytes that wait there for a slower input."""
+        waiting: dict[tuple[str, str, int], int] = {}
+        for agent, w in self.watched.items():
+            for p, unit in list(w.units.held.items()):
+                for stream, nbytes in unit.unit.waiting_bytes().items():
+                    if nbytes and stream in w.topics:
+                        waiting[(agent, stream, p)] = nbytes
+        return waiting
 
     def _tps(self, keys: list[tuple[str, str, int]]) -> list[TP]:
         """The input partitions to pause for each key: the waiting input's own, and those of

@@ -325,6 +325,18 @@ class BulkConsumer(faust_aiokafka.Consumer):
             )
             self._read_offset[tp] = offset
 
+    def _add_block_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
+        """Faust's ``Consumer._add_gap`` for a block, without its ``merge_overlaps``: that
+        rebuilds the whole interval tree of the partition at every block (4.5% of a join
+        worker's event loop at 15,000 records/s, py-spy). :meth:`_new_offset` reads the
+        intervals as ranges, merged or not, and chops them off at each commit, so the tree
+        holds the blocks since the last commit."""
+        committed = self._committed_offset[tp]
+        if committed is not None:
+            offset_from = max(offset_from, committed + 1)
+        if offset_from <= offset_to:  # the tree's intervals exclude their end
+            self._gap[tp].addi(offset_from, offset_to + 1)
+
     async def _deliver_block(self, tp: TP, batch: list[Any], generation_id: int) -> None:
         r_offset = self._read_offset[tp]
         if not batch:
@@ -337,7 +349,7 @@ class BulkConsumer(faust_aiokafka.Consumer):
         first, last = block.offsets[0], block.offsets[-1]
         gap_from = r_offset + 1 if r_offset else first
         if gap_from <= last - 1 and self.app.topics.acks_enabled_for(tp.topic):
-            await self._add_gap(tp, gap_from, last - 1)
+            self._add_block_gap(tp, gap_from, last - 1)
         tail_ts = block.timestamps[-1]
         message = ConsumerMessage(
             tp.topic,

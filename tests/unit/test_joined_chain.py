@@ -90,6 +90,47 @@ def test_feeding_turns_then_draining_equals_pushing_one_batch_at_a_time(seed: in
     assert net(got) == net(want)
 
 
+def eager_three_way() -> Query:
+    """The same join writing its inserts as their last tuple arrives (the eager MJoin)."""
+    return three_way().emit("istream")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_eager_join_fed_in_turns_equals_pushing_one_batch_at_a_time(seed: int) -> None:
+    plan = eager_three_way().build()
+    assert plan.eager_join
+    batches = inputs(seed)
+    runner = QueryRunner(plan)
+    want = [o for s, b in batches for o in runner.push(s, b)] + runner.flush()
+    chain = joined_chain(plan)
+    got = fed_in_turns(chain, batches, seed) + chain.flush()
+    assert net(want)
+    assert net(got) == net(want)
+
+
+@pytest.mark.parametrize("make", [three_way, eager_three_way], ids=["ordered", "eager"])
+def test_a_drain_joins_every_run_of_every_stream_in_one_epoch(make) -> None:  # noqa: ANN001
+    """A turn's runs (a, b, c, a, ...) are buffered by the MJoin and joined by one release:
+    its per-call cost once a turn (docs/benchmarks.md), not once per run."""
+    chain = joined_chain(make().build())
+    mjoin = chain.join.stages[0]
+    released = []
+    release = mjoin.release
+
+    def counted(final: bool = False) -> list[Batch]:
+        released.append(final)
+        return release(final)
+
+    mjoin.release = counted  # type: ignore[method-assign]
+    batches = inputs(3)[:9]
+    assert len({s for s, _ in batches}) == 3
+    for stream, batch in batches:
+        chain.feed(stream, batch)
+    chain.drain()
+    assert released == [False]
+    assert not mjoin.deferring
+
+
 def test_a_snapshot_between_turns_continues_exactly() -> None:
     plan = three_way().build()
     batches = inputs(7)
