@@ -20,7 +20,8 @@ reason, like any other bad record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -173,6 +174,29 @@ class RecordCodec:
         self._lay = _Layout.of(self.fields)
         self._plain_schema = strip_logical(reader_schema)
         self._plans: dict[int, _Plan] = {}
+        self._encoder = self  # a projection encodes whole records, as the codec it came from
+
+    @property
+    def encoder(self) -> RecordCodec:
+        """The codec whose whole records this one encodes (itself unless it is a projection)."""
+        return self._encoder
+
+    def projected(self, keep: Collection[str]) -> RecordCodec:
+        """This codec decoding only the top-level fields ``keep``: Avro's schema resolution
+        skips the others (projection pushdown, :mod:`processors.core.plan_columns`). It still
+        encodes whole records, as this one does. Itself when ``keep`` names every field;
+        SchemaError when the fields kept use a named type that a dropped one defines."""
+        fields = [f for f in self.schema["fields"] if f["name"] in keep]
+        if len(fields) == len(self.schema["fields"]):
+            return self
+        out = copy.copy(self)
+        out.schema = {**self.schema, "fields": fields}
+        out.fields = flat_fields(out.schema)
+        out._lay = _Layout.of(out.fields)
+        out._plain_schema = strip_logical(out.schema)
+        out._plans = {}
+        out._encoder = self._encoder
+        return out
 
     # --- decoding -------------------------------------------------------------------------
 
@@ -357,6 +381,8 @@ class RecordCodec:
         A nullable field ``c`` is null where the bool column ``c?`` is True (no such column:
         never null); the value column's entries there are ignored.
         """
+        if self._encoder is not self:
+            return self._encoder.encode_many(columns, n)
         lay = self._lay
         vals = np.empty((len(self.fields), n), np.int64)
         nulls = lay.rows(lay.null_slot, n, np.bool_)
@@ -448,7 +474,7 @@ class RecordCodec:
         cache); a worker calls this before consuming so that the first batch's measured time,
         which feeds the scheduler's per-tuple costs, is the batch's own.
         """
-        columns = self._zero_columns(1)
+        columns = self._encoder._zero_columns(1)
         buf, offsets = self.encode_many(columns, 1)
         result = self.decode_many(buf, offsets)
         if result.errors:
@@ -463,6 +489,8 @@ class RecordCodec:
         return decode_single_object(value, self.schema, self.store)
 
     def encode_one(self, record: dict) -> bytes:
+        if self._encoder is not self:
+            return self._encoder.encode_one(record)
         if self.registry is not None:
             return self.registry.encode(self.schema, record)
         return encode_single_object(self.schema, record)

@@ -21,6 +21,8 @@ import numpy as np
 from faust.types import TP
 
 from processors.core.batch import Batch, VarColumn
+from processors.core.plan import LogicalPlan, StreamSpec
+from processors.core.plan_columns import read_fields
 from processors.physical.steps import IngestRoute
 from processors.runtime.context import (
     WAITING_BLOCKS,
@@ -40,6 +42,7 @@ from processors.runtime.record_block import RecordBlock
 from processors.runtime.shedding import DropBox
 from processors.runtime.stats import AgentStats
 from processors.stages.merge_stage import SOURCE
+from topics.avro import RegistryCodec, SchemaError
 from topics.columnar import RecordCodec
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,23 @@ def with_keys(batch: Batch, keys: list[bytes | None]) -> list[Batch]:
             part.key = _key_column(keys[start:stop])  # type: ignore[arg-type]
         parts.append(part)
     return parts
+
+
+def input_codec(
+    plan: LogicalPlan, stream: StreamSpec, registry: RegistryCodec | None = None
+) -> RecordCodec:
+    """The codec ``stream``'s ingest decodes with: only the fields the plan reads
+    (:func:`processors.core.plan_columns.read_fields`), or all of them when the plan may read
+    any or the kept fields cannot stand alone (a named type defined in a dropped field). The
+    worker, its warm-up and its layout probe all decode with it, so they agree on columns."""
+    codec = RecordCodec(stream.schema, registry=registry)
+    keep = read_fields(plan, stream.name)
+    if keep is None:
+        return codec
+    try:
+        return codec.projected(keep)
+    except SchemaError:
+        return codec
 
 
 def decode_block(

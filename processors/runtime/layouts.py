@@ -25,6 +25,7 @@ from processors.core.plan import LogicalPlan, StreamSpec
 from processors.physical.build import chain_factory
 from processors.physical.compiler import compile_plan
 from processors.physical.steps import PhysicalPlan, StageNode, Step
+from processors.runtime.ingest import input_codec
 from topics.columnar import DTYPES, RecordCodec
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,14 @@ def _probe_step(step: Step) -> Step:
     return dataclasses.replace(step, nodes=kept(step.nodes), inputs=inputs)
 
 
-def _zero_columns(spec: StreamSpec) -> dict[str, Column]:
-    """One zero-valued record of ``spec``'s flat fields, a nullable one with its companion
-    column (when its codec cannot say)."""
+def _zero_columns(spec: StreamSpec, codec: RecordCodec) -> dict[str, Column]:
+    """One zero-valued record of the flat fields of ``spec`` that ``codec`` decodes, a
+    nullable one with its companion column (when the codec cannot say)."""
     columns: dict[str, Column] = {}
+    decoded = {f.name for f in codec.fields}
     for f in spec.fields:
+        if f.name not in decoded:
+            continue
         if f.type in ("string", "bytes"):
             empty = np.zeros(0, np.uint8)
             columns[f.name] = VarColumn(np.zeros(2, np.int64), empty, f.type == "string")
@@ -87,12 +91,14 @@ def _zero_columns(spec: StreamSpec) -> dict[str, Column]:
     return columns
 
 
-def _stream_probe(spec: StreamSpec) -> Batch:
-    """One zero-valued record of a stream, as its ingest agent would write it."""
+def _stream_probe(plan: LogicalPlan, spec: StreamSpec) -> Batch:
+    """One zero-valued record of a stream, as its ingest agent would write it (the fields the
+    plan reads: :func:`processors.runtime.ingest.input_codec`)."""
+    codec = input_codec(plan, spec)
     try:
-        columns = RecordCodec(spec.schema).warm_up()
+        columns = codec.warm_up()
     except Exception:
-        columns = _zero_columns(spec)
+        columns = _zero_columns(spec, codec)
     ts = np.asarray(columns[spec.timestamp], np.int64) if spec.timestamp else None
     return Batch.inserts(columns, ts=ts)
 
@@ -114,7 +120,7 @@ def _probe(plan: LogicalPlan, physical: PhysicalPlan) -> dict[str, Layout]:
         write(step.out_topic, out)
 
     for stream in plan.streams:
-        write(physical.ingest_topics[stream.name], [_stream_probe(stream)])
+        write(physical.ingest_topics[stream.name], [_stream_probe(plan, stream)])
     for step in physical.steps:
         write(step.out_topic, chains[step.name].flush())
     return seen

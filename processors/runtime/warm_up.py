@@ -34,7 +34,7 @@ from numba.core import event as numba_events
 from processors.core.batch import Batch, Column, VarColumn, null_column
 from processors.core.plan import LogicalPlan
 from processors.physical.fleet import FleetRunner
-from processors.runtime.ingest import decode_block
+from processors.runtime.ingest import decode_block, input_codec
 from processors.runtime.record_block import Packed, RecordBlock
 from processors.runtime.state import StateSnapshots
 from topics.avro_layout import FlatField
@@ -114,7 +114,7 @@ def _run(plan: LogicalPlan, rows: int, spent: Callable[[], float]) -> int:
     save every stateful partition's snapshot as a commit does; returns the records a stream
     fed before :data:`WARM_BUDGET_S` of ``spent`` work ran out."""
     fleet = FleetRunner(plan, envelopes=True)
-    codecs = {s.name: RecordCodec(s.schema) for s in plan.streams}
+    codecs = {s.name: input_codec(plan, s) for s in plan.streams}
     rng = np.random.default_rng(0)
     for i, (start, size) in enumerate(_blocks(rows)):
         if spent() > WARM_BUDGET_S:
@@ -122,8 +122,8 @@ def _run(plan: LogicalPlan, rows: int, spent: Callable[[], float]) -> int:
             break
         for stream in plan.streams:
             codec, partition = codecs[stream.name], i % (stream.partitions or 1)
-            block = fetched_block(stream.topic, partition, codec,
-                                  synthetic_batch(codec.fields, start, size, rng))  # fmt: skip
+            rows_of = synthetic_batch(codec.encoder.fields, start, size, rng)  # whole records
+            block = fetched_block(stream.topic, partition, codec, rows_of)
             for batch in decode_block(block, block.packed_values(), codec, stream.timestamp)[0]:
                 fleet.push(stream.name, partition, batch)
     fleet.flush()

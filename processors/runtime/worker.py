@@ -47,7 +47,7 @@ from processors.runtime.deadletter import DeadLetters
 from processors.runtime.exactly_once import ExactlyOnce
 from processors.runtime.faust_bulk import BulkApp
 from processors.runtime.fused import FusedTail
-from processors.runtime.ingest import add_ingest_agent
+from processors.runtime.ingest import add_ingest_agent, input_codec
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
 from processors.runtime.layouts import expected_layouts
 from processors.runtime.producer import RecordProducer
@@ -243,7 +243,7 @@ def build_app(plan: LogicalPlan, options: WorkerOptions) -> tuple[BulkApp, Recor
                                SINK_AGENT, stamp)  # fmt: skip
     tail = _fused_tail(ctx, plan, pipeline, results) if pipeline.fused else None
     for stream in plan.streams:
-        codec = _warm_up(RecordCodec(stream.schema, registry=_registry(options)))
+        codec = _warm_up(input_codec(plan, stream, _registry(options)))
         add_ingest_agent(
             ctx,
             name=f"ingest.{stream.name}",
