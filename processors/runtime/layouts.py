@@ -45,6 +45,17 @@ def layout_of(batch: Batch) -> Layout:
     )
 
 
+def narrowed(expected: Layout, batch: Batch) -> Batch | None:
+    """``batch`` with only the ``expected`` columns, in their order, if it has every one of
+    them with its type (None otherwise): an envelope written by an ingest that carried more
+    fields (before projection pushdown, during an upgrade) holds nothing else the step reads."""
+    have = dict(layout_of(batch))
+    if any(have.get(name) != type_ for name, type_ in expected):
+        return None
+    columns = {name: batch.columns[name] for name, _ in expected}
+    return Batch(columns, batch.sign, batch.ts, batch.key, dict(batch.meta))
+
+
 def mismatch(expected: Layout, got: Layout) -> str | None:
     """Why ``got`` is not ``expected`` (naming the columns), or None if they agree."""
     if got == expected:

@@ -37,7 +37,7 @@ from processors.runtime.context import (
 )
 from processors.runtime.exactly_once import ExactlyOnce
 from processors.runtime.faust_bulk import ack_taken, take_waiting
-from processors.runtime.layouts import Layout, layout_of, mismatch
+from processors.runtime.layouts import Layout, layout_of, mismatch, narrowed
 from processors.runtime.partitions import Held, PartitionUnits
 from processors.runtime.record_block import RecordBlock
 from processors.runtime.results import ResultWriter
@@ -126,6 +126,10 @@ def add_stateful_agent(
             layout = expected.get(block.topic)
             # an envelope without tuples (event-time progress) cannot pin or poison a state
             wrong = None if layout is None or not len(batch) else mismatch(layout, layout_of(batch))
+            # more fields than the step reads (written before an upgrade): the ones it reads
+            fewer = None if wrong is None or layout is None else narrowed(layout, batch)
+            if fewer is not None:
+                batch, wrong = fewer, None
             if wrong is not None:  # refused before the chain sees it: the state stays clean
                 reason = f"stage {name}: envelope of {block.topic} has {wrong}"
                 log.warning("%s: %s[%d]@%d refused: %s", name, block.topic, block.partition,

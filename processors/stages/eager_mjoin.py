@@ -81,7 +81,7 @@ class EagerMJoinStage(MJoinStage):
         insert (a window's input is append-only), to the dead letters."""
         if len(batch) == 0:
             return
-        self._check_input(i, batch)
+        batch = self._check_input(i, batch)
         if bool((batch.sign != INSERT).any()):
             self.dead_letters.append((batch.filter(batch.sign != INSERT), NOT_APPEND_ONLY))
             batch = batch.filter(batch.sign == INSERT)

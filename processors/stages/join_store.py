@@ -136,6 +136,13 @@ class WindowStore:
             else:
                 self.columns[name] = np.zeros(self.capacity, col.dtype)
 
+    def column_type(self, name: str) -> str:
+        """Column ``name``'s type: its dtype string, or ``string`` / ``bytes``."""
+        col = self.columns[name]
+        if isinstance(col, VarArena):
+            return "string" if col.utf8 else "bytes"
+        return col.dtype.str
+
     def scan(self, column: str) -> None:
         """Probe join column ``column`` by scanning the window, without an index (a nested-loop
         join, as the A-Caching paper's Fig. 10 forces); an empty store only. An experiment's

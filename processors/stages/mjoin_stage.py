@@ -42,7 +42,9 @@ from processors.stages.join_store import WindowStore, join_keys
 from processors.stages.mjoin_cache_plan import CacheSpec
 from processors.stages.mjoin_caches import MJoinCaches
 from processors.stages.mjoin_profile import profile_dropped, profile_samples
+from processors.stages.mjoin_report import mjoin_stats
 from processors.stages.mjoin_state import load_mjoin_state, mjoin_state
+from processors.stages.pinned_columns import filled
 from processors.stages.pipeline_run import PipelineRun, whole_or_take
 from processors.stages.plan_changes import PlanChanges
 
@@ -63,12 +65,9 @@ class MJoinStage(StageBase):
     kind = "mjoin"
     SNAPSHOT_VERSION = 1
     supports_caches = True  # subresult caches (:meth:`use_caches`)
-    #: while set, :meth:`process` buffers its input (and the event-time progress it brings)
-    #: without joining; the caller then calls :meth:`release` once for all of it. A join
-    #: step feeds a turn's deltas of every stream this way (``JoinedChain.drain``): an epoch
-    #: costs about the same for 5 tuples as for 100 (docs/benchmarks.md, "Cheaper calls"),
-    #: and the results are the same, the epoch's order being the deltas' (ts, input) order,
-    #: or any order for the eager join
+    #: while set, :meth:`process` buffers (input and event-time progress) without joining and
+    #: the caller releases once: a join step's turn is one epoch (``JoinedChain.drain``), the
+    #: same results in (ts, input) order, at one epoch's fixed cost (docs/benchmarks.md)
     deferring = False
 
     def __init__(
@@ -131,7 +130,7 @@ class MJoinStage(StageBase):
                 f"{self.name}: input {self.names[i]} goes back in time (deltas must come in "
                 "timestamp order per input)"
             )
-        self._check_input(i, batch)
+        batch = self._check_input(i, batch)
         behind = int(np.searchsorted(ts, self._shown[i], side="left"))
         if behind:  # replayed after a crash, or late after an idle spell: not joined again
             self.dead_letters.append(
@@ -147,8 +146,10 @@ class MJoinStage(StageBase):
         self._shown[i] = int(ts[-1])
         self.deltas_in[i] += len(batch)
 
-    def _check_input(self, i: int, batch: Batch) -> None:
-        """Row ids and join keys present; the first batch fixes the input's columns."""
+    def _check_input(self, i: int, batch: Batch) -> Batch:
+        """Row ids and join keys present; the first batch fixes the input's columns (a batch
+        without some of them, which the query no longer reads, gets them as zeros:
+        :mod:`.pinned_columns`). Returns the batch to store."""
         if ROW_ID not in batch.columns:
             raise ValueError(f"{self.name}: input {self.names[i]} has no {ROW_ID} column")
         cols = [c for c in batch.columns if c != ROW_ID]
@@ -160,7 +161,14 @@ class MJoinStage(StageBase):
             self._columns[i] = cols
             self.stores[i].declare_columns(batch)
         elif cols != self._columns[i]:
-            raise ValueError(f"{self.name}: input {self.names[i]} changed its columns to {cols}")
+            pinned = [(c, self.stores[i].column_type(c)) for c in self._columns[i]]
+            fitted = filled(batch, pinned, ROW_ID)
+            if fitted is None:
+                raise ValueError(
+                    f"{self.name}: input {self.names[i]} changed its columns to {cols}"
+                )
+            return fitted
+        return batch
 
     def advance(self, i: int, ts: int) -> None:
         """Input ``i`` promises no delta earlier than ``ts`` (a watermark for an idle input)."""
@@ -477,25 +485,4 @@ class MJoinStage(StageBase):
         }
 
     def stats(self) -> dict[str, Any]:
-        return {
-            "kind": "mjoin",
-            "inputs": list(self.names),
-            "graph": self.graph.kind,
-            "algorithm": self.config.algorithm,
-            "orders": self.orders(),
-            "changes_total": self.changes_total,
-            "recent_changes": self.plan_changes.entries(),
-            "deltas_in": dict(zip(self.names, self.deltas_in, strict=True)),
-            "results_out": self.results_out,
-            "window_tuples": {s.name: len(s) for s in self.stores},
-            "state_bytes": sum(s.nbytes for s in self.stores),
-            "probes_per_delta": {
-                self.names[i]: float(self.probes[i].sum()) / max(self.deltas_in[i], 1)
-                for i in range(self.n)
-            },
-            "buffered": sum(len(b) for bs in self._buffers for b in bs),
-            "idle_inputs": [
-                n for n, idle in zip(self.names, self.idleness.idle.tolist(), strict=True) if idle
-            ],
-            **self.caches.stats(self),
-        }
+        return mjoin_stats(self)

@@ -27,6 +27,7 @@ from processors.kernels.window import (
     rows_events,
 )
 from processors.stages.base import StageBase
+from processors.stages.pinned_columns import column_type, filled
 from processors.stages.window_store import PartitionGroups, SlotStore, var_parts
 
 NOT_APPEND_ONLY = "window input must be append-only"
@@ -51,11 +52,7 @@ def _check_config(window: Window, lateness_ms: object) -> None:
         raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
 
 
-def _column_type(col: Column) -> str:
-    """Schema type of a column: the numpy dtype string, or string/bytes for VarColumns."""
-    if isinstance(col, VarColumn):
-        return "string" if col.utf8 else "bytes"
-    return np.asarray(col).dtype.str
+_column_type = column_type  # schema type of a column (pinned_columns)
 
 
 def _encode_column(col: Column) -> Any:
@@ -99,7 +96,7 @@ class WindowStage(StageBase):
     # -- processing -----------------------------------------------------------------------
     def process(self, batch: Batch) -> list[Batch]:
         """Admit the batch's tuples (through the lateness buffer); return the window deltas."""
-        self._check_schema(batch)
+        batch = self._check_schema(batch)
         self.tuples_in += len(batch)
         self._meta = dict(batch.meta)
         batch = self._reject_deletes(batch)
@@ -166,8 +163,9 @@ class WindowStage(StageBase):
         dead, self._dead = self._dead, []
         return dead
 
-    def _check_schema(self, batch: Batch) -> None:
-        """The first batch fixes the columns and their types; later ones must match."""
+    def _check_schema(self, batch: Batch) -> Batch:
+        """The first batch fixes the columns and their types; later ones must match, or lack
+        only columns the query no longer reads (zero-filled: :mod:`.pinned_columns`)."""
         schema = [(name, _column_type(col)) for name, col in batch.columns.items()]
         if ROW_ID in batch.columns:
             raise ValueError(f"{self.name}: input already has a {ROW_ID!r} column")
@@ -175,7 +173,11 @@ class WindowStage(StageBase):
             self._schema = schema
             self._store = SlotStore(schema, self._groups is not None)
         elif schema != self._schema:
-            raise ValueError(f"{self.name}: batch columns {schema} differ from {self._schema}")
+            fitted = filled(batch, self._schema)
+            if fitted is None:
+                raise ValueError(f"{self.name}: batch columns {schema} differ from {self._schema}")
+            return fitted
+        return batch
 
     def _reject_deletes(self, batch: Batch) -> Batch:
         """Tuples that are not inserts go to the dead letters; the rest go on."""

@@ -320,6 +320,30 @@ def test_an_envelope_with_a_renamed_column_is_refused_before_it_reaches_the_wind
     assert len(runs[True].dead()) == 3
 
 
+def test_an_envelope_with_more_fields_than_the_step_reads_is_taken_as_the_fields_it_reads() -> None:
+    """Written by an ingest that carried every field (before projection pushdown, during an
+    upgrade): the window takes the fields the query reads, and the results are the same."""
+    plan = single_partition(windowed_plan())
+    physical = compile_plan(plan)
+    step = physical.steps[0]
+    full = [reading_columns(20, seed=i, start_ms=1_000 * i) for i in range(3)]
+    outputs = {}
+    for every_field in (False, True):
+        world = World()
+        add_stateful_agent(world.ctx, name=step.name, in_topics=step.in_topics,
+                           out_topic="out", out_partitions=2,
+                           make_chain=chain_factory(plan, step), snapshots=NoSnapshots(),
+                           layouts=expected_layouts(plan))  # type: ignore[arg-type]  # fmt: skip
+        batches = [b if every_field else Batch({n: b.columns[n] for n in ("ts", "site")},
+                                               b.sign, b.ts) for b in full]  # fmt: skip
+        values = [encode_batch(b) for b in batches]
+        world.run(step.name, [RecordBlock(step.in_topic, 0, [0, 1, 2], [1] * 3, [None] * 3,
+                                          values)])  # fmt: skip
+        assert world.dead() == []
+        outputs[every_field] = world.outputs()
+    assert len(outputs[True]) == 60 and outputs[True].equals(outputs[False])
+
+
 # --- finding 4: unbounded work from one record ---------------------------------------------------
 
 WRITER_WITH_ARRAY = {

@@ -112,40 +112,6 @@ def test_deliver_block_after_a_seek_registers_gap_and_commits_on_one_ack(
     run(body())
 
 
-def test_blocks_in_a_row_keep_one_interval_each_and_commit_in_order(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The gap tree is not merged at every block: three blocks leave three intervals, and each
-    commit takes exactly the blocks acked so far and chops what it passed."""
-
-    async def body() -> None:
-        got: list[ConsumerMessage] = []
-
-        async def callback(message: ConsumerMessage) -> None:
-            got.append(message)
-
-        app, c = make_consumer(callback)
-        monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: True)
-        tp = TP(BULK_TOPIC, 0)
-        c._read_offset[tp] = None
-        c._committed_offset[tp] = None
-        for first in (0, 5, 10):
-            await c._deliver_block(tp, [record(o, b"v") for o in range(first, first + 5)], 1)
-        assert [(i.begin, i.end) for i in sorted(c._gap[tp])] == [(0, 4), (5, 9), (10, 14)]
-        assert c._new_offset(tp) is None  # nothing acked yet
-        assert c.ack(got[0]) is True
-        assert c._new_offset(tp) == 5  # the first block; the others' gaps are past the ack
-        assert [(i.begin, i.end) for i in sorted(c._gap[tp])] == [(5, 9), (10, 14)]
-        assert c.ack(got[1]) is True
-        assert c._new_offset(tp) == 10
-        assert [(i.begin, i.end) for i in sorted(c._gap[tp])] == [(10, 14)]
-        assert c.ack(got[2]) is True
-        assert c._new_offset(tp) == 15
-        assert len(c._gap[tp]) == 0
-
-    run(body())
-
-
 def test_deliver_block_from_the_start_commits_first_to_last(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -162,10 +128,14 @@ def test_deliver_block_from_the_start_commits_first_to_last(
         await c._deliver_block(tp, [record(o) for o in range(5, 9)], 1)
         assert [m.offset for m in got] == [4, 8]
         assert [m.value.offsets for m in got] == [[0, 1, 2, 3, 4], [5, 6, 7, 8]]
+        # one interval a block, not merged as they come: a commit chops what it passed
+        assert [(i.begin, i.end) for i in sorted(c._gap[tp])] == [(0, 4), (5, 8)]
         assert c.ack(got[0]) is True
         assert c._new_offset(tp) == 5
+        assert [(i.begin, i.end) for i in sorted(c._gap[tp])] == [(5, 8)]
         assert c.ack(got[1]) is True
         assert c._new_offset(tp) == 9
+        assert len(c._gap[tp]) == 0
 
     run(body())
 

@@ -5,6 +5,7 @@ test_query_runner checks against the naive oracle), whatever the turns, and acro
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from helpers import reading_batch
 
 from processors.core.batch import Batch, VarColumn
 from processors.core.partitioning import single_partition
+from processors.core.plan_columns import read_fields
 from processors.core.query import Query, col
 from processors.physical.build import chain_factory
 from processors.physical.chain import StageChain
@@ -131,16 +133,47 @@ def test_a_drain_joins_every_run_of_every_stream_in_one_epoch(make) -> None:  # 
     assert not mjoin.deferring
 
 
-def test_a_snapshot_between_turns_continues_exactly() -> None:
-    plan = three_way().build()
-    batches = inputs(7)
+def read_only(plan, stream: str, batch: Batch) -> Batch:  # noqa: ANN001 (a LogicalPlan)
+    """``batch`` as ingest now writes it: the fields the query reads, with their companions."""
+    keep = read_fields(plan, stream)
+    cols = {k: v for k, v in batch.columns.items() if k.removesuffix("?") in keep}
+    return Batch(cols, batch.sign, batch.ts, batch.key, dict(batch.meta))
+
+
+@pytest.mark.parametrize("make", [three_way, eager_three_way], ids=["ordered", "eager"])
+def test_state_that_holds_every_field_takes_batches_of_the_fields_read_exactly(make) -> None:  # noqa: ANN001
+    """State saved by a worker that carried every field (before projection pushdown), restored
+    where ingest sends only the fields read: the columns nothing reads are filled in, no batch
+    is refused for its columns, and the results are those of carrying every field throughout."""
+    plan = make().select(a_ts="a.ts", c_site="c.site").build()
+    assert read_fields(plan, "a") == {"sensor_id", "ts", "ok"}
+    want, got, second = across_a_snapshot(plan, inputs(11), lambda s, b: read_only(plan, s, b))
+    refused = [reason for _, reason in second.take_dead_letters()]
+    assert not [r for r in refused if "columns" in r], refused  # (late tuples are the inputs')
+    assert net(want) and net(got) == net(want)
+
+
+def across_a_snapshot(
+    plan,
+    batches: list[tuple[str, Batch]],
+    later: Callable[[str, Batch], Batch] | None = None,  # noqa: ANN001
+) -> tuple[list[Batch], list[Batch], JoinedChain]:
+    """What one chain makes of ``batches`` in turns; what a chain makes of the first 15 and
+    one restored from its snapshot of the rest (each as ``later`` makes it); the restored
+    chain."""
     whole = joined_chain(plan)
     want = fed_in_turns(whole, batches, 1) + whole.flush()
     first = joined_chain(plan)
     got = fed_in_turns(first, batches[:15], 1)
     second = joined_chain(plan)
     second.load_snapshot(first.snapshot())
-    got += fed_in_turns(second, batches[15:], 2) + second.flush()
+    rest = [(s, later(s, b) if later else b) for s, b in batches[15:]]
+    got += fed_in_turns(second, rest, 2) + second.flush()
+    return want, got, second
+
+
+def test_a_snapshot_between_turns_continues_exactly() -> None:
+    want, got, second = across_a_snapshot(three_way().build(), inputs(7))
     assert net(got) == net(want)
     assert {stage.name for stage in second.stages} >= {"merge.a[0]", "window.c[0]", "mjoin[0]"}
 
