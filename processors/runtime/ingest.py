@@ -165,7 +165,8 @@ def add_ingest_agent(
     the results go to the result topic (``out_topic`` is then unused). ``drop_box`` (load
     shedding) drops records before they are decoded; the agent's tuples in are all it read."""
     source = ctx.app.topic(source_topic, value_serializer="raw", key_serializer="raw")
-    stats = ctx.board.agent(name, "ingest")
+    decodes = [f.name for f in codec.fields]  # the fields the query reads (input_codec)
+    stats = ctx.board.agent(name, "ingest", plan=lambda: {"decodes": decodes})
     stats.topic = source_topic
     stats.out_topic = out_topic
     progress = None

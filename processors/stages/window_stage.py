@@ -52,9 +52,6 @@ def _check_config(window: Window, lateness_ms: object) -> None:
         raise ValueError(f"lateness_ms must be >= 0, got {lateness_ms}")
 
 
-_column_type = column_type  # schema type of a column (pinned_columns)
-
-
 def _encode_column(col: Column) -> Any:
     """A column as snapshot data (arrays copied, so that later processing cannot change it)."""
     if isinstance(col, VarColumn):
@@ -166,7 +163,7 @@ class WindowStage(StageBase):
     def _check_schema(self, batch: Batch) -> Batch:
         """The first batch fixes the columns and their types; later ones must match, or lack
         only columns the query no longer reads (zero-filled: :mod:`.pinned_columns`)."""
-        schema = [(name, _column_type(col)) for name, col in batch.columns.items()]
+        schema = [(name, column_type(col)) for name, col in batch.columns.items()]
         if ROW_ID in batch.columns:
             raise ValueError(f"{self.name}: input already has a {ROW_ID!r} column")
         if self._schema is None:

@@ -138,6 +138,7 @@ def test_the_fused_agent_writes_exactly_the_rows_the_predicates_keep_with_their_
     assert ingest["tuples_out"] == stage["tuples_out"] == sink["tuples_out"] == len(want)
     assert set(stage["plan"]) == {"0", "1", "3"}  # one adaptive filter stage per partition
     assert stage["plan"]["0"]["kind"] == "filter"
+    assert ingest["plan"] == {"decodes": [f.name for f in fused.codec.fields]}
 
 
 def test_a_malformed_record_is_an_ingest_dead_letter_and_the_rest_go_on() -> None:
