@@ -105,15 +105,17 @@ def test_a_worker_keeps_what_the_box_says_and_its_replacement_the_same(
 def test_a_worker_stopped_while_it_starts_exits_as_from_a_graceful_stop(
     bootstrap: str, tmp_path: Path, topic_name: str
 ) -> None:
-    """SIGTERM two seconds after the launch, while the worker still imports and sets up (it
+    """SIGTERM 1.5 seconds after the launch, while the worker still imports and sets up (it
     once died of the signal, status -15, before Faust's handler was in place): status 0, and
-    nothing was read."""
+    nothing was read. (Two seconds, as before, now lands in the first group join on a fast
+    machine, where a stop crashed the worker with SIGSEGV in about one run of five: a known
+    bug, docs/reliability.md, not what this test is about.)"""
     topic, result, name = f"{topic_name}.in", f"{topic_name}.out", f"{topic_name}-early"
     ensure_topics(bootstrap, [TopicSpec(topic, 2)])
     query = tmp_path / "q.cql"
     query.write_text(FILTER.format(topic=topic, name=name, result=result))
     worker = WorkerProcess(query, bootstrap=bootstrap, state_dir=tmp_path / "s", worker_id="w1")
-    time.sleep(2.0)
+    time.sleep(1.5)
     assert worker.stop() == 0, worker.log_tail()
 
 
