@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -76,6 +77,7 @@ def _worker(args: argparse.Namespace) -> int:
     # the imports and set-up below take seconds; Faust's worker installs its graceful-stop
     # handler when it starts, replacing this one
     signal.signal(signal.SIGTERM, _stop_before_start)
+    faulthandler.enable()  # a crash in native code leaves the Python stacks in the worker's log
     from processors.commands.queries import load_plan
     from processors.runtime.web_auth import ENV_WEB_TOKEN
     from processors.runtime.worker import WorkerOptions, run_worker
