@@ -195,7 +195,6 @@ class EagerMJoinStage(MJoinStage):
             if self._shown[i] <= low or not len(store):
                 continue
             # every slot's time, less the free slots' (stale): no mask of the live ones made
-            # (the memory limit asks 20 times a second, partition by partition)
             times = store.columns[EVENT_TIME][: store.capacity]
             free = store.free_slots[: store.n_free]
             ahead = int(np.count_nonzero(times > low)) - int(np.count_nonzero(times[free] > low))
