@@ -249,12 +249,31 @@ class StateSnapshots:
 
     def load(self, agent: str, partition: int) -> StoredSnapshot | None:
         """The latest snapshot of ``agent``'s ``partition``, or None if it has none.
-        :class:`StateRestoreError` if its header or chunks are not what this worker writes."""
+        :class:`StateRestoreError` if its header or chunks are not what this worker writes.
+
+        A header whose chunks the read did not find is read again, once, before that is an
+        error: a fetch that skipped a record that is there (seen with the development broker,
+        DESIGN.md "Broker used here" quirk 4) must not stop a worker with its state intact."""
         base = header_key(agent, partition)
-        if base in self._fetched:
-            found = self._fetched.pop(base)
-        else:
-            found = scan_latest(self.bootstrap, self.topic, {base}, self.security).get(base)
+        found = self._fetched.pop(base) if base in self._fetched else self._read(base)
+        try:
+            return self._restored(base, found)
+        except _Missing as first:
+            log.warning("%s; reading the state topic again", first.error)
+        try:
+            stored = self._restored(base, self._read(base))
+        except _Missing as again:
+            raise again.error from None
+        log.warning("%s: the second read found every record: the first read skipped some",
+                    base)  # fmt: skip
+        return stored
+
+    def _read(self, base: str) -> Found | None:
+        return scan_latest(self.bootstrap, self.topic, {base}, self.security).get(base)
+
+    def _restored(self, base: str, found: Found | None) -> StoredSnapshot | None:
+        """The snapshot ``found`` holds, checked; :class:`_Missing` if records it names were
+        not found."""
         if found is None:
             self._live.pop(base, None)  # nothing stored: no chunk of ours can be relied on
             return None
@@ -267,10 +286,23 @@ class StateSnapshots:
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             shown = ", ".join(missing[:3]) + more
-            raise StateRestoreError(*where, f"chunks {shown} (epoch {parsed.epoch}) are missing")
+            deleted = sum(k in found.pieces for k in missing)
+            reason = (
+                f"chunks {shown} (epoch {parsed.epoch}) are missing ({deleted} deleted after "
+                f"it, {len(missing) - deleted} not in the topic)"
+            )
+            raise _Missing(StateRestoreError(*where, reason))
         self.loaded += 1
         self._live[base] = _Live(set(keys), out_keys)
         data = b"".join(p or b"" for p in parts[: len(keys)])
         outbox = b"".join(p or b"" for p in parts[len(keys) :])
         sent = found.sent == str(parsed.epoch).encode()
         return StoredSnapshot(parsed.positions, data, where, parsed.epoch, outbox, sent)
+
+
+class _Missing(Exception):
+    """Records a header names were not found (read again before it is an error)."""
+
+    def __init__(self, error: StateRestoreError) -> None:
+        super().__init__(str(error))
+        self.error = error

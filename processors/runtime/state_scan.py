@@ -67,7 +67,7 @@ class Header:
 @dataclass
 class Found:
     """A unit's newest header record, the records of its keys seen with it (chunk key ->
-    value; None for a deletion), and its newest "sent" note."""
+    value; None for a deletion; keys never seen are absent), and its newest "sent" note."""
 
     header: Any
     pieces: dict[str, bytes | None] = field(default_factory=dict)
@@ -170,7 +170,7 @@ def scan_latest(
         ):
             break
     for base, entry in found.items():
-        entry.pieces = {k: pieces[base].get(k) for k in needed[base]}
+        entry.pieces = {k: pieces[base][k] for k in needed[base] if k in pieces[base]}
         entry.sent = sent.get(base)
     log.info("state of %d units read from %s in %.1f s: %d records, %.1f MB",
              len(found), topic, time.monotonic() - started, records, nbytes / 1e6)  # fmt: skip
