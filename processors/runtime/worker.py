@@ -45,7 +45,7 @@ from processors.runtime.control import CONTROL_TOPIC, PRIORITIES, control_key, c
 from processors.runtime.cpu_priority import current_scheduling, request_realtime
 from processors.runtime.deadletter import DeadLetters
 from processors.runtime.exactly_once import ExactlyOnce
-from processors.runtime.faust_bulk import BulkApp
+from processors.runtime.faust_bulk import BulkApp, StoppableWorker
 from processors.runtime.fused import FusedTail
 from processors.runtime.ingest import add_ingest_agent, input_codec
 from processors.runtime.kafka_security import KafkaSecurity, current_security, faust_credentials
@@ -443,7 +443,6 @@ def _resolved(plan: LogicalPlan, options: WorkerOptions) -> LogicalPlan:
 
 def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info") -> None:
     """Create the plan's topics, then run its agents until SIGTERM/SIGINT (graceful stop)."""
-    import faust
     import mode.loop
 
     from topics.admin import ensure_topics
@@ -469,9 +468,17 @@ def run_worker(plan: LogicalPlan, options: WorkerOptions, loglevel: str = "info"
                                 "kernel_warm_up_s": round(warmed_s, 3)}))  # fmt: skip
     log.info("worker %s runs query %s; status: %s; plan page: %s/", options.worker_id,
              plan.name, web, root)  # fmt: skip
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+
+    def tidy(flush_s: float = 30.0) -> None:
+        producer.close(timeout=flush_s)
+        info.unlink(missing_ok=True)
+
+    # stopped before its first assignment, the worker has read nothing: a short flush will do
+    worker = StoppableWorker(
+        app, on_early_exit=lambda: tidy(5.0), loglevel=loglevel, quiet=True,
+        redirect_stdouts=False,
+    )  # fmt: skip
     try:
         worker.execute_from_commandline()
     finally:
-        producer.close()
-        info.unlink(missing_ok=True)
+        tidy()

@@ -369,3 +369,28 @@ def test_a_buffer_drained_in_bulk_resumes_every_partition_it_paused() -> None:
         assert sorted(resumed) == [0, 1, 2, 3] and not queue._pending_pressure_drop_callbacks
 
     run(body())
+
+
+# -- a stop before the first assignment -------------------------------------------------------
+
+
+@pytest.mark.parametrize("assigned", [False, True])
+def test_a_stop_before_the_first_assignment_exits_at_once(monkeypatch, assigned: bool) -> None:
+    """Before its first assignment the worker exits (status 0) after ``on_early_exit``, without
+    Faust's stop (which crashed during the first group join); once assigned, Faust stops it."""
+    from faust_helpers import BulkApp
+
+    from processors.runtime import faust_bulk
+
+    calls: list[str] = []
+    monkeypatch.setattr(faust_bulk.os, "_exit", lambda code: calls.append(f"exit {code}"))
+    monkeypatch.setattr(faust_bulk.logging, "shutdown", lambda: None)  # pytest's handlers stay
+    monkeypatch.setattr(faust_bulk.faust.Worker, "_on_sigterm", lambda self: calls.append("faust"))
+    app = BulkApp("faust-bulk-early-stop", broker="kafka://localhost:1")
+    worker = faust_bulk.StoppableWorker(
+        app, on_early_exit=lambda: calls.append("tidy"), loop=asyncio.new_event_loop()
+    )
+    if assigned:
+        run(app.on_partitions_assigned.send(assigned={TP(BULK_TOPIC, 0)}))
+    worker._on_sigterm()
+    assert calls == (["faust"] if assigned else ["tidy", "exit 0", "faust"])

@@ -479,3 +479,11 @@ def test_the_buffer_resumes_paused_partitions_one_per_take_and_all_when_got_empt
         assert sorted(resumed) == [0, 1, 2, 3] and not queue._pending_pressure_drop_callbacks
 
     run(body())
+
+
+def test_mode_workers_signal_handlers_call_on_sigterm_and_on_sigint() -> None:
+    import mode.worker
+
+    installed = inspect.getsource(mode.worker.Worker._install_signal_handlers_unix)
+    for name in ("_on_sigterm", "_on_sigint"):
+        assert f"self.{name}" in installed, relied_on(f"mode Worker.{name}", "is not called")
