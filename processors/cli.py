@@ -306,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="latency: offered records/s (default: half the measured capacity)",
     )
+    bench.add_argument("--capacity", choices=("burst", "sustained"), default="burst",
+                       help="latency: the capacity the rate is half of: the median of three "
+                       "bursts (default) or the highest paced rate kept up with")  # fmt: skip
     bench.add_argument(
         "--realtime",
         action="store_true",

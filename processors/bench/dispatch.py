@@ -51,6 +51,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             rate=getattr(args, "rate", None),
             spread=getattr(args, "spread", False),
             realtime=getattr(args, "realtime", False),
+            capacity_measure=getattr(args, "capacity", "burst"),
         )
     if args.what == "peers":
         from processors.bench.peers import run_peers_bench
