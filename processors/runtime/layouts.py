@@ -19,18 +19,20 @@ import logging
 
 import numpy as np
 
-from processors.core.batch import Batch, Column, VarColumn, null_column
+from processors.core.batch import Batch, Column, null_column
 from processors.core.partitioning import single_partition
 from processors.core.plan import LogicalPlan, StreamSpec
 from processors.physical.build import chain_factory
 from processors.physical.compiler import compile_plan
 from processors.physical.steps import PhysicalPlan, StageNode, Step
 from processors.runtime.ingest import input_codec
+from processors.stages.pinned_columns import column_type, zeros
 from topics.columnar import DTYPES, RecordCodec
 
 log = logging.getLogger(__name__)
 
-#: (column name, "utf8" | "bytes" | numpy dtype string) in column order
+#: (column name, "string" | "bytes" | numpy dtype string) in column order (pinned_columns'
+#: names, which the stages' restored state is checked with too)
 Layout = tuple[tuple[str, str], ...]
 
 #: stage kinds that select rows and never change columns (left out of the probe)
@@ -39,10 +41,7 @@ ROW_SELECTING_KINDS = frozenset({"filter"})
 
 def layout_of(batch: Batch) -> Layout:
     """A batch's columns and their types, in order."""
-    return tuple(
-        (name, ("utf8" if col.utf8 else "bytes") if isinstance(col, VarColumn) else col.dtype.str)
-        for name, col in batch.columns.items()
-    )
+    return tuple((name, column_type(col)) for name, col in batch.columns.items())
 
 
 def narrowed(expected: Layout, batch: Batch) -> Batch | None:
@@ -92,11 +91,8 @@ def _zero_columns(spec: StreamSpec, codec: RecordCodec) -> dict[str, Column]:
     for f in spec.fields:
         if f.name not in decoded:
             continue
-        if f.type in ("string", "bytes"):
-            empty = np.zeros(0, np.uint8)
-            columns[f.name] = VarColumn(np.zeros(2, np.int64), empty, f.type == "string")
-        else:
-            columns[f.name] = np.zeros(1, DTYPES[f.type])
+        var = f.type in ("string", "bytes")
+        columns[f.name] = zeros(f.type if var else np.dtype(DTYPES[f.type]).str, 1)
         if f.nullable:  # the companion follows its column, as the codec decodes it
             columns[null_column(f.name)] = np.zeros(1, np.bool_)
     return columns
